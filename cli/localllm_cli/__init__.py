@@ -1,0 +1,1 @@
+"""The `localllm` command line."""

@@ -1,0 +1,1 @@
+"""Hugging Face checkpoint -> GGUF converter with one-step quantization."""

@@ -1,0 +1,29 @@
+// matmul.h — Y[M, N] = X[M, K] . W[N, K]^T for any weight type, multi-threaded.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+#include "blocks.h"
+#include "quants.h"
+#include "threadpool.h"
+
+namespace lll {
+
+// Bytes needed to hold M activation rows of K elements quantized to `vec_dot_type`.
+size_t act_buffer_bytes(GGMLType vec_dot_type, int64_t M, int64_t K);
+
+// Quantize M rows of K floats (row stride K) to `vec_dot_type` into Xq (act_buffer_bytes).
+// Done once per input and reused by every weight that multiplies it (e.g. Q, K and V).
+void quantize_activations(ThreadPool& pool, GGMLType vec_dot_type, const float* X, int64_t M,
+                          int64_t K, void* Xq, Isa isa);
+
+// Y[m, n] (row stride ldy floats) = dot(W row n, Xq row m). W: N rows of K elements of type
+// `wtype`; Xq: M rows already in type_traits(wtype)->vec_dot_type. A row's result never
+// depends on M or on which thread computed it (batch invariance).
+void matmul_q(ThreadPool& pool, GGMLType wtype, const void* W, int64_t N, int64_t K,
+              const void* Xq, int64_t M, float* Y, int64_t ldy, Isa isa);
+
+// Convenience: quantize X then matmul_q into Y (row stride N), with internal scratch.
+void matmul(ThreadPool& pool, GGMLType wtype, const void* W, int64_t N, int64_t K,
+            const float* X, int64_t M, float* Y, Isa isa);
+
+}  // namespace lll
