@@ -1,0 +1,42 @@
+"""Shared fixtures: the three real models (pulled into the cache on first use) and ../shared."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from localllm import hub
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = Path(os.environ.get("LOCALLLM_SHARED", REPO.parent / "shared"))
+REFERENCE = SHARED / "reference"
+MODEL_KEYS = list(hub.KNOWN_MODELS)
+
+
+def model_file(key: str) -> Path:
+    """Path of a known model, pulled (sha256-verified) into the cache when absent."""
+    return hub.pull(key, quiet=True)
+
+
+@pytest.fixture(scope="session")
+def shared_dir() -> Path:
+    if not REFERENCE.is_dir():
+        pytest.fail(f"reference data not found at {REFERENCE} (set LOCALLLM_SHARED)")
+    return SHARED
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+@pytest.fixture(scope="session", params=MODEL_KEYS)
+def model_key(request) -> str:
+    return request.param
+
+
+@pytest.fixture(scope="session")
+def model_path(model_key) -> Path:
+    return model_file(model_key)
