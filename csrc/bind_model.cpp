@@ -1,4 +1,96 @@
-// bind_model.cpp — Python bindings for this area (filled in by the area's owner).
+// bind_model.cpp — Python face of the forward pass: `_core.Model`.
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <stdexcept>
+#include <string>
+#include "model.h"
+
 namespace py = pybind11;
-void register_model(py::module_& m) { (void)m; }
+using namespace lll;
+
+using I32 = py::array_t<int32_t, py::array::c_style | py::array::forcecast>;
+
+static py::dict hparams_dict(const HParams& hp) {
+    py::dict d;
+    d["arch"] = hp.arch; d["n_layer"] = hp.n_layer; d["n_embd"] = hp.n_embd; d["n_ff"] = hp.n_ff;
+    d["n_head"] = hp.n_head; d["n_head_kv"] = hp.n_head_kv; d["head_dim"] = hp.head_dim;
+    d["n_vocab"] = hp.n_vocab; d["n_ctx_train"] = hp.n_ctx_train; d["norm_eps"] = hp.norm_eps;
+    d["rope_base"] = hp.rope_base; d["rope_base_swa"] = hp.rope_base_swa; d["rope_dims"] = hp.rope_dims;
+    d["rope_style"] = hp.rope_style == RopeStyle::NeoX ? "neox" : "normal";
+    d["n_swa"] = hp.n_swa;
+    return d;
+}
+
+// Every index the forward will follow is checked here, so bad input raises instead of crashing.
+static void validate_batch(Model& m, const Batch& b) {
+    const HParams& hp = m.hparams();
+    const int bs = m.kv().block_size();
+    std::vector<int32_t> max_pos(b.n_seqs, -1);
+    for (int64_t t = 0; t < b.n_tokens; ++t) {
+        if (b.tokens[t] < 0 || b.tokens[t] >= hp.n_vocab)
+            throw std::invalid_argument("token id " + std::to_string(b.tokens[t]) + " out of range [0, " +
+                                        std::to_string(hp.n_vocab) + ")");
+        const int32_t s = b.seq_of_token[t];
+        if (s < 0 || s >= b.n_seqs) throw std::invalid_argument("seq index " + std::to_string(s) + " out of range");
+        const int32_t p = b.positions[t];
+        if (p < 0 || p >= b.max_blocks * bs)
+            throw std::invalid_argument("position " + std::to_string(p) + " beyond the block table (" +
+                                        std::to_string(b.max_blocks * bs) + " slots)");
+        max_pos[s] = std::max(max_pos[s], p);
+    }
+    for (int64_t s = 0; s < b.n_seqs; ++s)
+        for (int64_t j = 0; j <= (int64_t)max_pos[s] / bs && max_pos[s] >= 0; ++j) {
+            const int32_t blk = b.block_tables[s * b.max_blocks + j];
+            if (blk < 0 || blk >= m.kv().n_blocks())
+                throw std::invalid_argument("block id " + std::to_string(blk) + " out of range [0, " +
+                                            std::to_string(m.kv().n_blocks()) + ")");
+        }
+    for (int64_t r = 0; r < b.n_out; ++r)
+        if (b.output_rows[r] < 0 || b.output_rows[r] >= b.n_tokens)
+            throw std::invalid_argument("output row " + std::to_string(b.output_rows[r]) + " out of range");
+}
+
+static py::array_t<float> forward(Model& m, I32 tokens, I32 positions, I32 seq_of_token,
+                                  I32 block_tables, I32 output_rows) {
+    if (tokens.ndim() != 1 || positions.ndim() != 1 || seq_of_token.ndim() != 1 || output_rows.ndim() != 1)
+        throw std::invalid_argument("tokens, positions, seq_of_token and output_rows must be 1-D");
+    if (block_tables.ndim() != 2) throw std::invalid_argument("block_tables must be 2-D [n_seqs, max_blocks]");
+    const int64_t T = tokens.shape(0);
+    if (T == 0) throw std::invalid_argument("empty batch");
+    if (positions.shape(0) != T || seq_of_token.shape(0) != T)
+        throw std::invalid_argument("tokens, positions and seq_of_token must have the same length");
+    Batch b;
+    b.tokens = tokens.data(); b.positions = positions.data(); b.seq_of_token = seq_of_token.data();
+    b.n_tokens = T;
+    b.block_tables = block_tables.data(); b.n_seqs = block_tables.shape(0); b.max_blocks = block_tables.shape(1);
+    b.output_rows = output_rows.data(); b.n_out = output_rows.shape(0);
+    validate_batch(m, b);
+    py::array_t<float> logits({b.n_out, (int64_t)m.hparams().n_vocab});
+    float* out = logits.mutable_data();
+    {
+        py::gil_scoped_release release;
+        m.forward(b, out);
+    }
+    return logits;
+}
+
+void register_model(py::module_& m) {
+    py::class_<Model>(m, "Model", "A loaded model: weights mapped from GGUF, a paged KV cache, a thread pool.")
+        .def(py::init([](const std::string& path, int n_threads, int64_t kv_blocks, int kv_block_size) {
+                 py::gil_scoped_release release;
+                 return new Model(path, n_threads, kv_blocks, kv_block_size);
+             }),
+             py::arg("path"), py::arg("n_threads"), py::arg("kv_blocks"), py::arg("kv_block_size") = 16)
+        .def_property_readonly("hparams", [](const Model& self) { return hparams_dict(self.hparams()); })
+        .def_property_readonly("kv_blocks", [](Model& self) { return self.kv().n_blocks(); })
+        .def_property_readonly("kv_block_size", [](Model& self) { return self.kv().block_size(); })
+        .def_property_readonly("kv_bytes", [](Model& self) { return self.kv().bytes(); })
+        .def_property_readonly("isa", [](const Model& self) { return isa_name(self.isa()); })
+        .def("forward", &forward, py::arg("tokens"), py::arg("positions"), py::arg("seq_of_token"),
+             py::arg("block_tables"), py::arg("output_rows"),
+             "Run one batch; returns float32 logits [len(output_rows), n_vocab].")
+        .def("copy_block", [](Model& self, int64_t src, int64_t dst) { self.kv().copy_block(src, dst); },
+             py::arg("src"), py::arg("dst"), "Copy one KV block's contents in every layer (copy-on-write).");
+    m.def("supported_architectures", &supported_archs);
+}

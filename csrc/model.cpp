@@ -1,0 +1,87 @@
+// model.cpp — loading a model from GGUF and the shared skeleton of the forward pass.
+#include "model.h"
+#include <math.h>
+#include <string.h>
+#include <stdexcept>
+#include "matmul.h"
+#include "ops.h"
+
+namespace lll {
+
+Model::Model(const std::string& path, int n_threads, int64_t kv_blocks, int kv_block_size) {
+    file_ = GGUFFile::open(path);
+    const std::string arch = file_->get_string("general.architecture");
+    arch_ = find_arch(arch);
+    if (!arch_)
+        throw std::invalid_argument("unsupported architecture '" + arch + "' (supported: " +
+                                    supported_archs() + ")");
+    hp_.arch = arch;
+    arch_->load_hparams(*file_, hp_);
+    arch_->load_weights(*this, w_);
+    if (n_threads < 1) throw std::invalid_argument("n_threads must be >= 1");
+    pool_ = std::make_unique<ThreadPool>(n_threads);
+    kv_ = std::make_unique<KVCache>(hp_.n_layer, kv_blocks, kv_block_size,
+                                    (int64_t)hp_.n_head_kv * hp_.head_dim);
+    isa_ = best_isa();
+}
+
+WeightRef Model::weight(const std::string& name, int64_t ne0, int64_t ne1, bool required) const {
+    const GGUFTensor* t = file_->tensor(name);
+    if (!t) {
+        if (required) throw std::invalid_argument("model file lacks tensor '" + name + "'");
+        return WeightRef{};
+    }
+    const int64_t t_ne1 = t->n_dims >= 2 ? t->ne[1] : 1;
+    if (t->ne[0] != ne0 || t_ne1 != ne1 || t->n_dims > 2)
+        throw std::invalid_argument("tensor '" + name + "' has shape [" + std::to_string(t->ne[0]) +
+                                    ", " + std::to_string(t_ne1) + "], expected [" + std::to_string(ne0) +
+                                    ", " + std::to_string(ne1) + "]");
+    const TypeTraits* tt = type_traits(t->type);
+    WeightRef w;
+    w.name = name;
+    w.type = t->type;
+    w.data = t->data;
+    w.ne0 = ne0;
+    w.ne1 = ne1;
+    w.row_bytes = (size_t)(ne0 / tt->block_elems) * tt->block_bytes;
+    if (ne1 == 1 && w.type != GGMLType::F32 && ne0 > 0 && t->n_dims == 1)
+        throw std::invalid_argument("vector tensor '" + name + "' must be F32, is " + tt->name);
+    return w;
+}
+
+void Model::reserve_scratch(int64_t T) {
+    if (T <= scratch_T_) return;
+    const int64_t q_width = (int64_t)hp_.n_head * hp_.head_dim;
+    const int64_t kv_width = (int64_t)hp_.n_head_kv * hp_.head_dim;
+    const int64_t widest = std::max<int64_t>({hp_.n_embd, q_width, hp_.n_ff});
+    s.x.resize(T * hp_.n_embd);
+    s.h.resize(T * hp_.n_embd);
+    s.q.resize(T * q_width);
+    s.k.resize(T * kv_width);
+    s.v.resize(T * kv_width);
+    s.attn.resize(T * q_width);
+    s.gate.resize(T * hp_.n_ff);
+    s.up.resize(T * hp_.n_ff);
+    s.tmp.resize(T * widest);
+    size_t xq = 0;
+    for (GGMLType vt : {GGMLType::Q8_0, GGMLType::Q8_1, GGMLType::Q8_K, GGMLType::F16, GGMLType::F32})
+        xq = std::max(xq, act_buffer_bytes(vt, T, widest));
+    s.xq.resize(xq);
+    scratch_T_ = T;
+}
+
+void Model::forward(const Batch& b, float* logits) {
+    const int64_t T = b.n_tokens, D = hp_.n_embd;
+    reserve_scratch(std::max<int64_t>(T, b.n_out));
+    float* x = s.x.data();                                   // [T, D] residual stream
+    embed_tokens(w_.tok_embd, b.tokens, T, x);
+    if (hp_.embd_scale != 1.0f) scale_inplace(x, hp_.embd_scale, T * D);
+    for (int il = 0; il < hp_.n_layer; ++il) arch_->layer_forward(*this, il, x, T, b);
+    float* h = s.h.data();                                   // [n_out, D] rows wanted
+    for (int64_t r = 0; r < b.n_out; ++r)
+        rms_norm(x + (int64_t)b.output_rows[r] * D, w_.output_norm.f32(), h + r * D, D, hp_.norm_eps);
+    const WeightRef& out = w_.output;
+    matmul(*pool_, out.type, out.data, out.ne1, out.ne0, h, b.n_out, logits, isa_);  // [n_out, n_vocab]
+}
+
+}  // namespace lll

@@ -1,0 +1,25 @@
+// registry.cpp — the one place architectures are registered.
+#include <string>
+#include "../model.h"
+
+namespace lll {
+
+extern const ArchSpec kLlamaArch;
+extern const ArchSpec kQwen2Arch;
+extern const ArchSpec kGemma3Arch;
+
+static const ArchSpec* const kArchs[] = {&kGemma3Arch, &kLlamaArch, &kQwen2Arch};
+
+const ArchSpec* find_arch(const std::string& name) {
+    for (const ArchSpec* a : kArchs)
+        if (name == a->name) return a;
+    return nullptr;
+}
+
+std::string supported_archs() {
+    std::string s;
+    for (const ArchSpec* a : kArchs) s += (s.empty() ? "" : ", ") + std::string(a->name);
+    return s;
+}
+
+}  // namespace lll

@@ -1,0 +1,111 @@
+// ops.cpp — see ops.h. Scalar code: these ops are a few percent of a step; matmul dominates.
+#include "ops.h"
+#include <math.h>
+#include <string.h>
+#include <stdexcept>
+#include <string>
+#include <vector>
+#include "fp16.h"
+#include "quants.h"
+
+namespace lll {
+
+void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps) {
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; ++i) sum += (double)(x[i] * x[i]);
+    const float mean = (float)(sum / n);
+    const float scale = 1.0f / sqrtf(mean + eps);
+    if (w) {
+        for (int64_t i = 0; i < n; ++i) y[i] = (x[i] * scale) * w[i];
+    } else {
+        for (int64_t i = 0; i < n; ++i) y[i] = x[i] * scale;
+    }
+}
+
+void rms_norm_rows(const float* x, const float* w, float* y, int64_t rows, int64_t n, float eps) {
+    for (int64_t r = 0; r < rows; ++r) rms_norm(x + r * n, w, y + r * n, n, eps);
+}
+
+void rope(float* x, int64_t T, int n_heads, int head_dim, const int32_t* positions, int rope_dims,
+          float base, RopeStyle style) {
+    const float theta_scale = powf(base, -2.0f / (float)rope_dims);
+    std::vector<float> cs((size_t)rope_dims);   // cos, sin interleaved per pair
+    for (int64_t t = 0; t < T; ++t) {
+        float theta = (float)positions[t];
+        for (int i0 = 0; i0 < rope_dims; i0 += 2) {
+            cs[i0] = cosf(theta);
+            cs[i0 + 1] = sinf(theta);
+            theta *= theta_scale;
+        }
+        for (int h = 0; h < n_heads; ++h) {
+            float* v = x + (t * n_heads + h) * (int64_t)head_dim;
+            const int half = rope_dims / 2;
+            for (int i0 = 0; i0 < rope_dims; i0 += 2) {
+                const float c = cs[i0], s = cs[i0 + 1];
+                // Normal: rotate (v[i0], v[i0+1]); NeoX: rotate (v[i], v[i + rope_dims/2]).
+                const int a = style == RopeStyle::Normal ? i0 : i0 / 2;
+                const int b = style == RopeStyle::Normal ? i0 + 1 : i0 / 2 + half;
+                const float x0 = v[a], x1 = v[b];
+                v[a] = x0 * c - x1 * s;
+                v[b] = x0 * s + x1 * c;
+            }
+        }
+    }
+}
+
+void swiglu(const float* gate, const float* up, float* out, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+        const float g = gate[i];
+        out[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+static float gelu_tanh(float x) {
+    const float sqrt_2_over_pi = 0.79788456080286535587989211986876f;
+    const float coef_a = 0.044715f;
+    return 0.5f * x * (1.0f + tanhf(sqrt_2_over_pi * x * (1.0f + coef_a * x * x)));
+}
+
+// GELU of every f16 value, rounded to f16: ggml evaluates GELU through this table.
+static const std::vector<fp16_t>& gelu_table() {
+    static const std::vector<fp16_t> table = [] {
+        std::vector<fp16_t> t(1 << 16);
+        for (uint32_t i = 0; i < (1u << 16); ++i) t[i] = f32_to_fp16(gelu_tanh(fp16_to_f32((fp16_t)i)));
+        return t;
+    }();
+    return table;
+}
+
+void geglu(const float* gate, const float* up, float* out, int64_t n) {
+    const std::vector<fp16_t>& table = gelu_table();
+    for (int64_t i = 0; i < n; ++i) {
+        const float g = gate[i];
+        if (g <= -10.0f) out[i] = 0.0f;
+        else if (g >= 10.0f) out[i] = g * up[i];
+        else out[i] = fp16_to_f32(table[f32_to_fp16(g)]) * up[i];
+    }
+}
+
+void add_inplace(float* y, const float* x, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+void add_bias_rows(float* rows, const float* bias, int64_t n_rows, int64_t n) {
+    for (int64_t r = 0; r < n_rows; ++r) add_inplace(rows + r * n, bias, n);
+}
+
+void scale_inplace(float* y, float s, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) y[i] *= s;
+}
+
+void embed_tokens(const WeightRef& tok_embd, const int32_t* tokens, int64_t T, float* out) {
+    for (int64_t t = 0; t < T; ++t) {
+        const int32_t id = tokens[t];
+        if (id < 0 || id >= tok_embd.ne1)
+            throw std::out_of_range("token id " + std::to_string(id) + " out of range [0, " +
+                                    std::to_string(tok_embd.ne1) + ")");
+        dequantize_row(tok_embd.type, tok_embd.row(id), out + t * tok_embd.ne0, tok_embd.ne0);
+    }
+}
+
+}  // namespace lll
