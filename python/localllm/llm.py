@@ -1,0 +1,310 @@
+"""`LLM`: load a GGUF model and generate text with it (the library's main entry point)."""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Sequence, Union
+
+import numpy as np
+
+from . import _core, hub
+from .chat import render_chat
+from .gguf import GGUFFile
+from .kv_blocks import NULL_BLOCK, BlockPool, BlockTable
+from .sampling import SamplingParams, StopMatcher, make_sampler
+from .tokenizer import StreamDecoder, Tokenizer
+
+__all__ = ["LLM", "GenerationResult", "TextStream", "Timings", "Prompt", "default_threads"]
+
+Prompt = Union[str, Sequence[int]]
+
+
+def default_threads() -> int:
+    """Threads to use by default: the CPUs this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+@dataclass
+class Timings:
+    load_s: float = 0.0
+    prompt_tokens: int = 0
+    prompt_s: float = 0.0
+    generated_tokens: int = 0
+    generation_s: float = 0.0
+
+    @property
+    def prompt_tps(self) -> float:
+        return self.prompt_tokens / self.prompt_s if self.prompt_s > 0 else 0.0
+
+    @property
+    def generation_tps(self) -> float:
+        return self.generated_tokens / self.generation_s if self.generation_s > 0 else 0.0
+
+
+@dataclass
+class GenerationResult:
+    text: str
+    token_ids: list[int]
+    finish_reason: str                 # "stop" (EOS/EOT or a stop string) or "length"
+    prompt_token_ids: list[int]
+    timings: Timings
+    logprobs: list[dict] | None = None  # per token: {"token", "logprob", "top": [(id, logprob)]}
+
+
+@dataclass
+class _Step:
+    """One generated token, as the generation loop reports it."""
+    token: int
+    text: str
+    logprob: dict | None = None
+
+
+@dataclass
+class _Run:
+    """State of one generation (what `generate` returns is built from it)."""
+    prompt_ids: list[int]
+    timings: Timings
+    token_ids: list[int] = field(default_factory=list)
+    finish_reason: str = "length"
+
+
+class LLM:
+    """A GGUF model ready to generate.
+
+    Args:
+        model_path: path to a .gguf file, or a known model name (pulled on first use), or None
+            for the default model.
+        n_threads: CPU threads (default: all CPUs available to the process).
+        n_ctx: context length in tokens; the KV cache pool is sized for it.
+        seed: default sampling seed (None: a fresh random seed per call).
+        n_batch: prompt tokens evaluated per forward call.
+    """
+
+    def __init__(self, model_path: str | os.PathLike | None = None, n_threads: int | None = None,
+                 n_ctx: int = 4096, seed: int | None = None, n_batch: int = 512,
+                 kv_block_size: int = 16):
+        t0 = time.perf_counter()
+        if n_ctx < 1:
+            raise ValueError(f"n_ctx must be >= 1, got {n_ctx}")
+        if n_batch < 1:
+            raise ValueError(f"n_batch must be >= 1, got {n_batch}")
+        self.model_path = Path(hub.resolve_model(model_path))
+        self.gguf = GGUFFile(str(self.model_path))
+        meta = self.gguf.metadata
+        self.tokenizer = Tokenizer.from_gguf_metadata(meta)
+        self.chat_template: str | None = meta.get("tokenizer.chat_template")
+        self.n_threads = n_threads or default_threads()
+        self.n_ctx = n_ctx
+        self.n_batch = n_batch
+        self.seed = seed
+        n_blocks = -(-n_ctx // kv_block_size) + 1          # + the null block
+        self._model = _core.Model(str(self.model_path), self.n_threads, n_blocks, kv_block_size)
+        self._pool = BlockPool(n_blocks, kv_block_size)
+        self.hparams: dict = self._model.hparams
+        self.n_vocab: int = self.hparams["n_vocab"]
+        self.load_time = time.perf_counter() - t0
+
+    # ---- tokens ----
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
+        return self.tokenizer.encode(text, add_special=add_special, parse_special=parse_special)
+
+    def detokenize(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids))
+
+    def _prompt_ids(self, prompt: Prompt) -> list[int]:
+        ids = self.tokenize(prompt, add_special=True, parse_special=True) if isinstance(prompt, str) \
+            else [int(t) for t in prompt]
+        if not ids:
+            raise ValueError("the prompt is empty (no tokens)")
+        bad = [t for t in ids if not 0 <= t < self.n_vocab]
+        if bad:
+            raise ValueError(f"token ids out of range [0, {self.n_vocab}): {bad[:5]}")
+        if len(ids) >= self.n_ctx:
+            raise ValueError(f"the prompt is {len(ids)} tokens, longer than the context "
+                             f"(n_ctx={self.n_ctx}); shorten it or raise n_ctx")
+        return ids
+
+    # ---- forward ----
+    def _eval(self, table: BlockTable, ids: Sequence[int], start: int,
+              rows: np.ndarray | None = None) -> np.ndarray:
+        """Evaluate ids at positions start.. in chunks of n_batch.
+
+        Returns the logits of the given rows (indices into ids), or of the last row when None.
+        """
+        table.ensure(start + len(ids))
+        blocks = np.asarray([table.blocks], dtype=np.int32)
+        want = np.asarray([len(ids) - 1] if rows is None else rows, dtype=np.int32)
+        outs = []
+        for c in range(0, len(ids), self.n_batch):
+            chunk = np.asarray(ids[c:c + self.n_batch], dtype=np.int32)
+            n = len(chunk)
+            positions = np.arange(start + c, start + c + n, dtype=np.int32)
+            out_rows = want[(want >= c) & (want < c + n)] - c
+            logits = self._model.forward(chunk, positions, np.zeros(n, np.int32), blocks, out_rows)
+            outs.append(logits)
+        return np.concatenate(outs)
+
+    def logits(self, ids: Sequence[int], rows: Sequence[int] | None = None) -> np.ndarray:
+        """Teacher-forced logits over `ids` in one pass: float32 [len(ids), n_vocab] (row i
+        predicts token i+1), or only the given `rows`, in that order (sorted ascending)."""
+        ids = [int(t) for t in ids]
+        if not ids:
+            raise ValueError("logits() needs at least one token")
+        if len(ids) > self.n_ctx:
+            raise ValueError(f"{len(ids)} tokens exceed the context (n_ctx={self.n_ctx})")
+        bad = [t for t in ids if not 0 <= t < self.n_vocab]
+        if bad:
+            raise ValueError(f"token ids out of range [0, {self.n_vocab}): {bad[:5]}")
+        want = np.arange(len(ids)) if rows is None else np.asarray(sorted(rows), dtype=np.int64)
+        if len(want) and (want[0] < 0 or want[-1] >= len(ids)):
+            raise ValueError(f"rows must lie in [0, {len(ids)})")
+        table = BlockTable(self._pool)
+        try:
+            return self._eval(table, ids, 0, want)
+        finally:
+            table.free()
+
+    # ---- generation ----
+    def _steps(self, prompt_ids: list[int], params: SamplingParams, run: _Run) -> Iterator[_Step]:
+        """The generation loop: prefill, then sample / decode one token at a time."""
+        sampler = make_sampler(params, self.n_vocab)
+        for t in prompt_ids:
+            sampler.accept(t)
+        table = BlockTable(self._pool)
+        decoder = StreamDecoder(self.tokenizer)
+        stops = StopMatcher(params.stop or [])
+        eog = self.tokenizer.eot_ids
+        max_new = min(params.max_tokens, self.n_ctx - len(prompt_ids))
+        try:
+            t0 = time.perf_counter()
+            logits = self._eval(table, prompt_ids, 0)[0]
+            run.timings.prompt_s = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            pos = len(prompt_ids)
+            while len(run.token_ids) < max_new:
+                tok = int(sampler.sample(logits))
+                sampler.accept(tok)
+                logprob = self._logprob_entry(sampler, tok) if params.logprobs is not None else None
+                if tok in eog:
+                    run.finish_reason = "stop"
+                    break
+                run.token_ids.append(tok)
+                text, stopped = stops.feed(decoder.feed(tok))
+                run.timings.generated_tokens = len(run.token_ids)
+                run.timings.generation_s = time.perf_counter() - t0
+                if text or logprob is not None:
+                    yield _Step(tok, text, logprob)
+                if stopped:
+                    run.finish_reason = "stop"
+                    return
+                if len(run.token_ids) >= max_new:
+                    break
+                logits = self._eval(table, [tok], pos)[0]
+                pos += 1
+            tail, _ = stops.feed(decoder.flush())
+            tail += stops.flush()
+            if tail:
+                yield _Step(-1, tail)
+        finally:
+            run.timings.generation_s = time.perf_counter() - t0
+            table.free()
+
+    @staticmethod
+    def _logprob_entry(sampler, tok: int) -> dict:
+        lp, top = sampler.last_logprobs()
+        return {"token": tok, "logprob": float(lp), "top": [(int(i), float(p)) for i, p in top]}
+
+    def _params(self, overrides: dict) -> SamplingParams:
+        if overrides.get("seed") is None:
+            overrides["seed"] = self.seed if self.seed is not None else int.from_bytes(os.urandom(4), "little")
+        params = SamplingParams(**overrides)
+        params.validate()
+        return params
+
+    def generate(self, prompt: Prompt, **sampling) -> GenerationResult:
+        """Generate a completion of `prompt` (text, or token ids used as they are).
+
+        Keyword arguments are `SamplingParams` fields: max_tokens, temperature, top_k, top_p,
+        min_p, repeat_penalty, presence_penalty, frequency_penalty, penalty_last_n, logit_bias,
+        seed, stop, logprobs.
+        """
+        params = self._params(dict(sampling))
+        run = _Run(self._prompt_ids(prompt), Timings(load_s=self.load_time))
+        run.timings.prompt_tokens = len(run.prompt_ids)
+        pieces, logprobs = [], []
+        for step in self._steps(run.prompt_ids, params, run):
+            pieces.append(step.text)
+            if step.logprob is not None:
+                logprobs.append(step.logprob)
+        return GenerationResult("".join(pieces), run.token_ids, run.finish_reason, run.prompt_ids,
+                                run.timings, logprobs if params.logprobs is not None else None)
+
+    def stream(self, prompt: Prompt, **sampling) -> "TextStream":
+        """Iterate over the completion's text as it is generated (complete UTF-8 characters only).
+
+        The returned `TextStream` also carries `.token_ids`, `.finish_reason` and `.timings`;
+        `close()` (or dropping it) stops generation and frees its KV blocks.
+        """
+        params = self._params(dict(sampling))
+        run = _Run(self._prompt_ids(prompt), Timings(load_s=self.load_time))
+        run.timings.prompt_tokens = len(run.prompt_ids)
+        return TextStream(self._steps(run.prompt_ids, params, run), run)
+
+    @property
+    def isa(self) -> str:
+        """The SIMD level the kernels run at (e.g. "avx512")."""
+        return self._model.isa
+
+    def render_chat(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+        tok = self.tokenizer
+        return render_chat(messages, self.chat_template, bos_token=tok.bos_token or "",
+                           eos_token=tok.eos_token or "", add_generation_prompt=add_generation_prompt)
+
+    def chat(self, messages: list[dict], **sampling) -> GenerationResult:
+        """Reply to a conversation ([{"role": ..., "content": ...}, ...]) using the model's template."""
+        prompt = self.render_chat(messages)
+        ids = self.tokenize(prompt, add_special=not _starts_with_bos(prompt, self.tokenizer),
+                            parse_special=True)
+        return self.generate(ids, **sampling)
+
+
+class TextStream:
+    """Text pieces of one generation, as they come; see `LLM.stream`."""
+
+    def __init__(self, steps: Iterator[_Step], run: _Run):
+        self._steps = steps
+        self._run = run
+
+    def __iter__(self) -> "TextStream":
+        return self
+
+    def __next__(self) -> str:
+        while True:
+            step = next(self._steps)
+            if step.text:
+                return step.text
+
+    def close(self) -> None:
+        self._steps.close()
+
+    @property
+    def token_ids(self) -> list[int]:
+        return self._run.token_ids
+
+    @property
+    def finish_reason(self) -> str:
+        return self._run.finish_reason
+
+    @property
+    def timings(self) -> Timings:
+        return self._run.timings
+
+
+def _starts_with_bos(text: str, tok: Tokenizer) -> bool:
+    """Templates that emit the BOS text themselves must not get a second BOS token."""
+    return bool(tok.bos_token) and text.startswith(tok.bos_token)
