@@ -8,6 +8,7 @@ void register_kernels(py::module_& m);    // bind_kernels.cpp: matmul, vec_dot, 
 void register_gguf(py::module_& m);       // bind_gguf.cpp: GGUFFile, GGUFError
 void register_sampling(py::module_& m);   // bind_sampling.cpp: Sampler
 void register_model(py::module_& m);      // bind_model.cpp: Model, KV cache
+void register_cuda(py::module_& m);       // bind_cuda.cpp: CUDA kernels (when built)
 
 PYBIND11_MODULE(_core, m) {
     m.doc() = "localllm native core: GGUF reader, block-quantized kernels, forward pass";
@@ -16,6 +17,7 @@ PYBIND11_MODULE(_core, m) {
     register_gguf(m);
     register_sampling(m);
     register_model(m);
+    register_cuda(m);
 #ifdef LOCALLLM_HAVE_CUDA
     m.attr("cuda_compiled") = true;
 #else

@@ -1,0 +1,122 @@
+// dequant.cu — block dequantization on the GPU, one thread per 32-element group, reading the
+// same block structs (csrc/blocks.h) as the CPU code.
+#include <cuda_runtime.h>
+#include <stdexcept>
+#include <string>
+#include "blocks.h"
+#include "cuda_api.h"
+#include "fp16.h"
+
+namespace lll {
+namespace cuda {
+
+static void check(cudaError_t e, const char* what) {
+    if (e != cudaSuccess) throw std::runtime_error(std::string("cuda: ") + what + ": " + cudaGetErrorString(e));
+}
+
+// Each thread writes the 32 outputs of group g.
+__global__ void k_q4_0(const block_q4_0* b, float* y, int64_t n_groups) {
+    const int64_t g = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (g >= n_groups) return;
+    const float d = fp16_to_f32(b[g].d);
+    for (int j = 0; j < 16; ++j) {
+        y[g * 32 + j] = ((b[g].qs[j] & 0x0f) - 8) * d;
+        y[g * 32 + j + 16] = ((b[g].qs[j] >> 4) - 8) * d;
+    }
+}
+
+__global__ void k_q8_0(const block_q8_0* b, float* y, int64_t n_groups) {
+    const int64_t g = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (g >= n_groups) return;
+    const float d = fp16_to_f32(b[g].d);
+    for (int j = 0; j < 32; ++j) y[g * 32 + j] = b[g].qs[j] * d;
+}
+
+// Q4_K: group g = (super-block g/8, sub-block g%8) of 32 weights.
+__device__ inline void q4k_scale_min(int j, const uint8_t* q, uint8_t& sc, uint8_t& m) {
+    if (j < 4) {
+        sc = q[j] & 63;
+        m = q[j + 4] & 63;
+    } else {
+        sc = (q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4);
+        m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+__global__ void k_q4_K(const block_q4_K* b, float* y, int64_t n_groups) {
+    const int64_t g = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (g >= n_groups) return;
+    const block_q4_K& blk = b[g / 8];
+    const int sub = (int)(g % 8);
+    uint8_t sc, m;
+    q4k_scale_min(sub, blk.scales, sc, m);
+    const float d = fp16_to_f32(blk.d) * sc, mn = fp16_to_f32(blk.dmin) * m;
+    const uint8_t* q = blk.qs + 32 * (sub / 2);
+    const int shift = (sub % 2) * 4;
+    for (int l = 0; l < 32; ++l) y[g * 32 + l] = d * ((q[l] >> shift) & 0x0f) - mn;
+}
+
+// Q6_K: group g = (super-block g/8, 32-element group g%8).
+__global__ void k_q6_K(const block_q6_K* b, float* y, int64_t n_groups) {
+    const int64_t g = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (g >= n_groups) return;
+    const block_q6_K& blk = b[g / 8];
+    const int grp = (int)(g % 8);
+    const int half = grp / 4, quarter = grp % 4;          // 128-element half, 32-element quarter
+    const uint8_t* ql = blk.ql + 64 * half;
+    const uint8_t* qh = blk.qh + 32 * half;
+    const int8_t* sc = blk.scales + 8 * half;
+    const float d = fp16_to_f32(blk.d);
+    for (int l = 0; l < 32; ++l) {
+        const uint8_t qlv = ql[l + 32 * (quarter % 2)];     // quarters 0,1: low nibbles; 2,3: high
+        const int low = quarter < 2 ? (qlv & 0x0f) : (qlv >> 4);
+        const int high = (qh[l] >> (2 * quarter)) & 3;
+        const int q = (low | (high << 4)) - 32;
+        y[g * 32 + l] = d * sc[l / 16 + 2 * quarter] * q;
+    }
+}
+
+int device_count() {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
+    return n;
+}
+
+std::string device_name(int device) {
+    cudaDeviceProp p;
+    check(cudaGetDeviceProperties(&p, device), "cudaGetDeviceProperties");
+    return p.name;
+}
+
+bool can_dequantize(GGMLType type) {
+    return type == GGMLType::Q4_0 || type == GGMLType::Q8_0 || type == GGMLType::Q4_K || type == GGMLType::Q6_K;
+}
+
+void dequantize(GGMLType type, const void* host_src, float* host_dst, int64_t n) {
+    const TypeTraits* tt = type_traits(type);
+    if (!tt || !can_dequantize(type)) throw std::invalid_argument("cuda dequantize: unsupported type");
+    if (n % tt->block_elems) throw std::invalid_argument("cuda dequantize: n not a multiple of the block size");
+    if (device_count() == 0) throw std::runtime_error("cuda: no CUDA device available");
+    const size_t src_bytes = (size_t)(n / tt->block_elems) * tt->block_bytes;
+    void* d_src = nullptr;
+    float* d_dst = nullptr;
+    check(cudaMalloc(&d_src, src_bytes), "cudaMalloc");
+    check(cudaMalloc((void**)&d_dst, n * sizeof(float)), "cudaMalloc");
+    check(cudaMemcpy(d_src, host_src, src_bytes, cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+    const int64_t groups = n / 32;
+    const int threads = 256;
+    const unsigned grid = (unsigned)((groups + threads - 1) / threads);
+    switch (type) {
+        case GGMLType::Q4_0: k_q4_0<<<grid, threads>>>((const block_q4_0*)d_src, d_dst, groups); break;
+        case GGMLType::Q8_0: k_q8_0<<<grid, threads>>>((const block_q8_0*)d_src, d_dst, groups); break;
+        case GGMLType::Q4_K: k_q4_K<<<grid, threads>>>((const block_q4_K*)d_src, d_dst, groups); break;
+        default: k_q6_K<<<grid, threads>>>((const block_q6_K*)d_src, d_dst, groups); break;
+    }
+    check(cudaGetLastError(), "kernel launch");
+    check(cudaMemcpy(host_dst, d_dst, n * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+    cudaFree(d_src);
+    cudaFree(d_dst);
+}
+
+}  // namespace cuda
+}  // namespace lll
