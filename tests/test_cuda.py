@@ -14,7 +14,6 @@ def test_cuda_dequantize_matches_cpu(type_id):
     from gguf import GGUFReader
     from localllm.quants import dequantize
     rng = np.random.default_rng(type_id)
-    info = _core.quant_type_info(type_id) if hasattr(_core, "quant_type_info") else None
     reader = GGUFReader(str(model_file("qwen2.5-coder-0.5b-q4_k_m")))
     tensors = [t for t in reader.tensors if int(t.tensor_type) == type_id]
     if tensors:
@@ -24,7 +23,6 @@ def test_cuda_dequantize_matches_cpu(type_id):
         n = 32 * 1024
         raw = rng.integers(0, 256, size=n // 32 * 18, dtype=np.uint8)
         raw.reshape(-1, 18)[:, :2] = np.frombuffer(np.float16(0.01).tobytes(), np.uint8)
-    del info
     cpu = dequantize(raw, type_id, (n,))
     gpu = _core.cuda_dequantize(raw, type_id, n)
     np.testing.assert_array_equal(cpu.reshape(-1), gpu)
