@@ -40,3 +40,24 @@ def model_key(request) -> str:
 @pytest.fixture(scope="session")
 def model_path(model_key) -> Path:
     return model_file(model_key)
+
+
+_LLMS: dict = {}
+
+
+def llm_for(key: str, n_ctx: int = 4096):
+    """One loaded LLM per (model, n_ctx) for the whole test session (loading is the slow part)."""
+    from localllm import LLM
+    if (key, n_ctx) not in _LLMS:
+        _LLMS[(key, n_ctx)] = LLM(str(model_file(key)), n_ctx=n_ctx, seed=0)
+    return _LLMS[(key, n_ctx)]
+
+
+@pytest.fixture(scope="session")
+def llm(model_key):
+    return llm_for(model_key)
+
+
+def greedy_rows(model: str | None = None) -> list[dict]:
+    rows = read_jsonl(REFERENCE / "greedy.jsonl")
+    return [r for r in rows if model is None or r["model"] == model]

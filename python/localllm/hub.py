@@ -177,3 +177,8 @@ def resolve_model(model: str | os.PathLike | None, allow_pull: bool = True) -> P
     raise ModelNotFoundError(
         f"model file not found: {name!r} (pass -m PATH.gguf, or one of: "
         f"{', '.join(sorted(KNOWN_MODELS))})")
+
+
+if __name__ == "__main__":   # `python python/localllm/hub.py NAME...`: pull before the package is built
+    for _name in sys.argv[1:] or [DEFAULT_MODEL]:
+        print(pull(_name, quiet=True))

@@ -1,0 +1,83 @@
+"""Same file, same tokens: our logits and greedy outputs against llama.cpp's (../shared/reference)."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from conftest import REFERENCE, greedy_rows, llm_for
+
+TOP1_MIN = 0.995        # teacher-forced top-1 agreement with llama.cpp, per model
+KL_MAX = 0.005          # mean KL(llama.cpp || ours) restricted to llama.cpp's top 64, per model
+GREEDY_MIN_EXACT = 5    # of the 6 prompts per model, identical 48-token greedy continuations
+PPL_REL_TOL = 0.005     # perplexity within 0.5% of llama-perplexity's
+
+
+def _kl_top64(ref_ids, ref_logits, ref_lse, ours):
+    """KL over llama.cpp's top 64 at each position, p from llama.cpp's full-row log-sum-exp."""
+    ours = ours.astype(np.float64)
+    mx = ours.max(axis=1, keepdims=True)
+    our_lse = mx[:, 0] + np.log(np.exp(ours - mx).sum(axis=1))
+    logp = ref_logits.astype(np.float64) - ref_lse[:, None]
+    logq = np.take_along_axis(ours, ref_ids.astype(np.int64), axis=1) - our_lse[:, None]
+    return (np.exp(logp) * (logp - logq)).sum(axis=1)
+
+
+@pytest.mark.parametrize("model", ["smollm2-135m-q4_1", "gemma3-270m-q4_k_m", "qwen2.5-coder-0.5b-q4_k_m"])
+def test_teacher_forced_logits(model):
+    llm = llm_for(model)
+    ref = np.load(REFERENCE / f"logits_{model}.npz")
+    agree = total = 0
+    kls = []
+    for row in greedy_rows(model):
+        name = row["prompt"]["name"]
+        ids = row["prompt_ids"] + row["greedy_ids"][:-1]
+        ours = llm.logits(ids)
+        top_ids = ref[f"{name}__top_ids"]
+        assert ours.shape == (len(ids), llm.n_vocab) and top_ids.shape[0] == len(ids)
+        agree += int((ours.argmax(axis=1) == top_ids[:, 0]).sum())
+        total += len(ids)
+        kls.append(_kl_top64(top_ids, ref[f"{name}__top_logits"], ref[f"{name}__logsumexp"], ours))
+        last = ref[f"{name}__last_prompt_logits"].astype(np.float32)
+        np.testing.assert_allclose(ours[len(row["prompt_ids"]) - 1], last, atol=0.35, rtol=0.02)
+    mean_kl = float(np.concatenate(kls).mean())
+    print(f"{model}: top-1 agreement {agree}/{total} = {agree / total:.4f}, mean KL(top64) {mean_kl:.5f}")
+    assert agree / total >= TOP1_MIN
+    assert mean_kl <= KL_MAX
+
+
+@pytest.mark.parametrize("model", ["smollm2-135m-q4_1", "gemma3-270m-q4_k_m", "qwen2.5-coder-0.5b-q4_k_m"])
+def test_greedy_continuations(model):
+    llm = llm_for(model)
+    exact, report = 0, []
+    rows = greedy_rows(model)
+    for row in rows:
+        want = row["greedy_ids"]
+        res = llm.generate(row["prompt_ids"], max_tokens=len(want), temperature=0.0)
+        got = res.token_ids
+        if got == want:
+            exact += 1
+            continue
+        first = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+        report.append(f"{model}/{row['prompt']['name']}: first difference at {first}: "
+                      f"ours {got[first:first + 5]} llama.cpp {want[first:first + 5]}")
+    print("\n".join(report) or f"{model}: all {len(rows)} greedy continuations identical")
+    assert exact >= GREEDY_MIN_EXACT, "\n".join(report)
+
+
+def _perplexity_rows():
+    data = json.loads((REFERENCE / "perplexity.json").read_text())
+    return [(r["model"], r["n_ctx"], r["ppl"]) for r in data["results"]]
+
+
+@pytest.mark.parametrize("model,n_ctx,ref_ppl", _perplexity_rows())
+def test_perplexity_matches_llamacpp(model, n_ctx, ref_ppl, shared_dir):
+    from localllm.perplexity import perplexity
+    llm = llm_for(model, n_ctx=max(4096, n_ctx))
+    text = (shared_dir / "corpus" / "gpl-3.txt").read_text(encoding="utf-8")
+    res = perplexity(llm, text, n_ctx)
+    print(f"{model} n_ctx={n_ctx}: PPL {res.ppl:.4f} +/- {res.stderr:.4f} (llama.cpp {ref_ppl}), "
+          f"{res.n_chunks} chunks")
+    assert math.isclose(res.ppl, ref_ppl, rel_tol=PPL_REL_TOL)
