@@ -1,0 +1,175 @@
+#!/usr/bin/env python3
+"""localllm vs llama.cpp on the same GGUF files, same threads, same pp/tg, in one run.
+
+llama.cpp is llama-cpp-python (which builds llama.cpp from source with native CPU flags),
+installed once into a cache venv (~/.cache/localllm/bench-venv). Each repetition runs one fresh
+process per engine, alternating engines, so load time (file to first logits) and peak RSS are
+measured per process, and machine noise hits both alike. The machine's read bandwidth is
+measured in the same run for the decode bound (bytes per token / bandwidth).
+
+    python benchmarks/compare_llamacpp.py [-m MODEL ...] [-t 2] [-p 512] [-n 128] [-r 3] [--json OUT]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+VENV = Path(os.environ.get("LOCALLLM_BENCH_VENV", Path.home() / ".cache" / "localllm" / "bench-venv"))
+LLAMA_CPP_PYTHON = "llama-cpp-python==0.3.36"
+DEFAULT_MODELS = ["smollm2-135m-q4_1", "gemma3-270m-q4_k_m", "qwen2.5-coder-0.5b-q4_k_m"]
+
+
+def ensure_venv() -> Path:
+    py = VENV / "bin" / "python"
+    probe = subprocess.run([str(py), "-c", "import llama_cpp"], capture_output=True) if py.exists() else None
+    if probe is None or probe.returncode != 0:
+        print(f"building {LLAMA_CPP_PYTHON} into {VENV} (compiles llama.cpp; several minutes)", file=sys.stderr)
+        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
+        subprocess.run([str(py), "-m", "pip", "install", "-q", LLAMA_CPP_PYTHON], check=True)
+    return py
+
+
+# ---- workers: run inside a fresh process, print one JSON line ----
+
+def _rand_tokens(n: int, n_vocab: int, seed: int) -> list[int]:
+    import random
+    r = random.Random(seed)
+    return [r.randrange(n_vocab) for _ in range(n)]
+
+
+def worker_llamacpp(path: str, threads: int, n_prompt: int, n_gen: int) -> dict:
+    import llama_cpp
+    t0 = time.perf_counter()
+    llm = llama_cpp.Llama(model_path=path, n_ctx=max(n_prompt, n_gen) + 64, n_batch=max(n_prompt, 1),
+                          n_ubatch=max(n_prompt, 1), n_threads=threads, n_threads_batch=threads,
+                          verbose=False)
+    llm.eval([llm.token_bos() if llm.token_bos() >= 0 else 0])
+    load_s = time.perf_counter() - t0
+    n_vocab = llm.n_vocab()
+    out = {"load_s": load_s}
+    llm.reset(); llm.eval(_rand_tokens(16, n_vocab, 1))               # warm-up
+    llm.reset()
+    toks = _rand_tokens(n_prompt, n_vocab, 2)
+    t0 = time.perf_counter_ns(); llm.eval(toks); out["pp_ns"] = time.perf_counter_ns() - t0
+    llm.reset()
+    toks = _rand_tokens(n_gen, n_vocab, 3)
+    t0 = time.perf_counter_ns()
+    for t in toks:
+        llm.eval([t])
+    out["tg_ns"] = time.perf_counter_ns() - t0
+    out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return out
+
+
+def worker_localllm(path: str, threads: int, n_prompt: int, n_gen: int) -> dict:
+    import numpy as np
+    from localllm import LLM
+    from localllm.bench import bench_generation, bench_prompt
+    t0 = time.perf_counter()
+    llm = LLM(path, n_threads=threads, n_ctx=max(n_prompt, n_gen) + 64, n_batch=max(n_prompt, 1))
+    llm.logits([0])
+    out = {"load_s": time.perf_counter() - t0}
+    rng = np.random.default_rng(0)
+    bench_prompt(llm, 16, rng)                                          # warm-up
+    out["pp_ns"] = bench_prompt(llm, n_prompt, rng)
+    out["tg_ns"] = bench_generation(llm, n_gen, rng)
+    out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return out
+
+
+def run_worker(python: str, engine: str, path: str, args) -> dict:
+    cmd = [python, __file__, "--worker", engine, "--path", path, "-t", str(args.threads),
+           "-p", str(args.n_prompt), "-n", str(args.n_gen)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{engine} worker failed on {path}:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def read_bandwidth_gbs(threads: int) -> float:
+    from localllm import _core
+    return max(_core.read_bandwidth(1 << 30, threads) for _ in range(3)) / 1e9
+
+
+def bytes_per_token(path: str) -> int:
+    """Weight bytes read per decoded token: every matrix multiplied (not the embedding table,
+    of which one row is read, unless it is also the tied output matrix)."""
+    from localllm.gguf import GGUFFile
+    f = GGUFFile(path)
+    names = {t.name for t in f.tensors}
+    tied = "output.weight" not in names
+    return sum(t.nbytes for t in f.tensors if t.name != "token_embd.weight" or tied)
+
+
+def summarize(samples: list[dict], key: str, n: int) -> tuple[float, float]:
+    ts = [n * 1e9 / s[key] for s in samples]
+    return statistics.fmean(ts), (statistics.stdev(ts) if len(ts) > 1 else 0.0)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("-m", "--model", action="append", default=None)
+    ap.add_argument("-t", "--threads", type=int, default=2)
+    ap.add_argument("-p", "--n-prompt", type=int, default=512)
+    ap.add_argument("-n", "--n-gen", type=int, default=128)
+    ap.add_argument("-r", "--repetitions", type=int, default=3)
+    ap.add_argument("--json", default=None, help="also write the results to this file")
+    ap.add_argument("--worker", choices=["llamacpp", "localllm"], help=argparse.SUPPRESS)
+    ap.add_argument("--path", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        fn = worker_llamacpp if args.worker == "llamacpp" else worker_localllm
+        print(json.dumps(fn(args.path, args.threads, args.n_prompt, args.n_gen)))
+        return 0
+
+    from localllm import hub
+    venv_py = str(ensure_venv())
+    bw = read_bandwidth_gbs(args.threads)
+    print(f"read bandwidth ({args.threads} threads): {bw:.1f} GB/s", file=sys.stderr)
+    results = []
+    for name in args.model or DEFAULT_MODELS:
+        path = str(hub.resolve_model(name))
+        runs = {"llamacpp": [], "localllm": []}
+        for rep in range(args.repetitions):
+            for engine in ("llamacpp", "localllm"):
+                runs[engine].append(run_worker(venv_py if engine == "llamacpp" else sys.executable,
+                                               engine, path, args))
+        row = {"model": name, "threads": args.threads, "read_bw_gbs": bw,
+               "bytes_per_token": bytes_per_token(path)}
+        for engine, samples in runs.items():
+            row[engine] = {
+                "pp": summarize(samples, "pp_ns", args.n_prompt), "tg": summarize(samples, "tg_ns", args.n_gen),
+                "load_s": statistics.fmean(s["load_s"] for s in samples),
+                "peak_rss_mb": max(s["peak_rss_mb"] for s in samples),
+            }
+        row["tg_bound"] = bw * 1e9 / row["bytes_per_token"]
+        results.append(row)
+        print_row(row, args)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+    return 0
+
+
+def print_row(row: dict, args) -> None:
+    a, b = row["localllm"], row["llamacpp"]
+    print(f"\n### {row['model']} ({args.threads} threads; decode bound {row['tg_bound']:.1f} t/s "
+          f"at {row['read_bw_gbs']:.1f} GB/s)")
+    print("| test | localllm t/s | llama.cpp t/s | ratio |")
+    print("| --- | ---: | ---: | ---: |")
+    for test, n in (("pp", args.n_prompt), ("tg", args.n_gen)):
+        print(f"| {test}{n} | {a[test][0]:.1f} ± {a[test][1]:.1f} | {b[test][0]:.1f} ± {b[test][1]:.1f} | "
+              f"{a[test][0] / b[test][0]:.2f}x |")
+    print(f"| tg % of bound | {100 * a['tg'][0] / row['tg_bound']:.0f}% | {100 * b['tg'][0] / row['tg_bound']:.0f}% | |")
+    print(f"| load s | {a['load_s']:.2f} | {b['load_s']:.2f} | |")
+    print(f"| peak RSS MB | {a['peak_rss_mb']:.0f} | {b['peak_rss_mb']:.0f} | |")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

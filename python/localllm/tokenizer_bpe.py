@@ -1,0 +1,50 @@
+"""Byte-level BPE merging (``tokenizer.ggml.model == "gpt2"``) on the `tokenizers` library.
+
+Words come pre-split by :mod:`localllm.tokenizer_pretok` and already spelled byte-level; the
+Rust BPE model then merges each word by lowest merge rank first, leftmost on ties, which is
+llama.cpp's ``llm_tokenizer_bpe_session`` rule.  Merges are given as llama.cpp reads them: a
+merge line is split at its first space after the first character, and a repeated pair keeps
+its first rank.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from tokenizers import Tokenizer as _HfTokenizer
+from tokenizers import models as _hf_models
+
+__all__ = ["BpeMerger", "parse_merges"]
+
+
+def parse_merges(merges: Iterable[str]) -> list[tuple[str, str]]:
+    """(left, right) pairs in rank order; the first occurrence of a repeated pair wins."""
+    lines = list(dict.fromkeys(merges))  # same line twice = same pair; keep the first rank
+    if set(map(type, lines)) - {str}:
+        raise ValueError("tokenizer.ggml.merges must hold only strings")
+    pairs: list[tuple[str, str]] = []
+    for line in lines:
+        cut = line.find(" ", 1)  # llama.cpp: the first space after the first character
+        if cut > 0 and cut + 1 < len(line):
+            pairs.append((line[:cut], line[cut + 1:]))
+    return pairs
+
+
+class BpeMerger:
+    """Merges pre-split byte-level words into token ids."""
+
+    def __init__(self, token_to_id: dict[str, int], merges: Sequence[tuple[str, str]],
+                 ignore_merges: bool) -> None:
+        """``ignore_merges``: a word that is a token is emitted whole (llama.cpp, llama3)."""
+        try:
+            model = _hf_models.BPE(vocab=token_to_id, merges=merges, ignore_merges=ignore_merges)
+        except Exception:  # a merge naming text outside the vocabulary: keep the usable ones
+            usable = [(a, b) for a, b in merges
+                      if a in token_to_id and b in token_to_id and a + b in token_to_id]
+            model = _hf_models.BPE(vocab=token_to_id, merges=usable, ignore_merges=ignore_merges)
+        self._hf = _HfTokenizer(model)
+
+    def encode_words(self, words: list[str]) -> list[int]:
+        """Concatenated ids of the byte-level ``words`` (each merged on its own)."""
+        if not words:
+            return []
+        return self._hf.encode(words, is_pretokenized=True, add_special_tokens=False).ids
