@@ -59,6 +59,7 @@ class RequestOutput:
     logprobs: list[dict] = field(default_factory=list)
     finished: bool = False
     finish_reason: Optional[str] = None   # "stop" (end of generation / stop string), "length", "abort"
+    logits: Optional[np.ndarray] = None   # [n_vocab] the row this step sampled from (keep_logits)
 
 
 @dataclass
@@ -84,6 +85,7 @@ class _Request:
     decoder: StreamDecoder
     stops: StopMatcher
     times: RequestTimes
+    keep_logits: bool = False
     outputs: deque = field(default_factory=deque)
     finish_reason: Optional[str] = None
 
@@ -137,8 +139,11 @@ class Engine:
                              f"{blocks} KV blocks, the pool has {self.pool.capacity} "
                              f"({self.pool.capacity * self.pool.block_size} tokens): raise kv_blocks")
 
-    def submit(self, prompt_ids: Seq[int], params: SamplingParams) -> int:
-        """Queue a request; returns its id. Raises ValueError if it can never fit."""
+    def submit(self, prompt_ids: Seq[int], params: SamplingParams, keep_logits: bool = False) -> int:
+        """Queue a request; returns its id. Raises ValueError if it can never fit.
+
+        keep_logits: each output carries a copy of the logits row its token was sampled from.
+        """
         prompt_ids = [int(t) for t in prompt_ids]
         self.check_request(prompt_ids, params.max_tokens)
         sampler = make_sampler(params, self.n_vocab)
@@ -147,7 +152,8 @@ class Engine:
         with self.lock:
             rid = next(self._ids)
             req = _Request(rid, params, params.max_tokens, sampler, StreamDecoder(self.tokenizer),
-                           StopMatcher(params.stop or []), RequestTimes(submitted=time.perf_counter()))
+                           StopMatcher(params.stop or []), RequestTimes(submitted=time.perf_counter()),
+                           keep_logits)
             seq = Sequence(rid, list(prompt_ids), len(prompt_ids), BlockTable(self.pool), arrival=rid,
                            payload=req)
             self._seqs[rid] = seq
@@ -256,11 +262,12 @@ class Engine:
         now = time.perf_counter()
         if req.times.first_token is None:
             req.times.first_token = now
+        kept = logits.copy() if req.keep_logits else None
         if tok in self._eog:
-            self._finish(seq, "stop", RequestOutput(req.request_id, [], ""))
+            self._finish(seq, "stop", RequestOutput(req.request_id, [], "", logits=kept))
             return
         seq.tokens.append(tok)
-        out = RequestOutput(req.request_id, [tok], "")
+        out = RequestOutput(req.request_id, [tok], "", logits=kept)
         if req.params.logprobs is not None:
             lp, top = req.sampler.last_logprobs()
             out.logprobs.append({"token": tok, "logprob": float(lp),
