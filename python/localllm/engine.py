@@ -34,7 +34,18 @@ from .sampling import SamplingParams, StopMatcher, make_sampler
 from .scheduler import Schedule, Scheduler, Sequence
 from .tokenizer import StreamDecoder
 
-__all__ = ["Engine", "EngineStats", "RequestOutput", "RequestTimes"]
+__all__ = ["Engine", "EngineStats", "RequestOutput", "RequestTimes", "kv_bytes_per_token"]
+
+
+def kv_bytes_per_token(metadata: dict) -> int:
+    """KV cache bytes one token takes (K and V in F16, every layer), from GGUF metadata; used
+    to turn a memory size into a number of blocks before the model is loaded."""
+    arch = metadata["general.architecture"]
+    n_head = int(metadata[f"{arch}.attention.head_count"])
+    n_head_kv = int(metadata.get(f"{arch}.attention.head_count_kv", n_head))
+    head_dim = int(metadata.get(f"{arch}.attention.key_length",
+                                int(metadata[f"{arch}.embedding_length"]) // n_head))
+    return int(metadata[f"{arch}.block_count"]) * 2 * n_head_kv * head_dim * 2
 
 
 @dataclass
@@ -117,6 +128,8 @@ class Engine:
         self._ids = itertools.count()
         self._next_id = 0
         self._eog = frozenset(tokenizer.eot_ids)
+        self._stepping_thread: Optional[int] = None   # set while a step runs
+        self._deferred_aborts: list[int] = []
 
     # ---- requests ----
     def check_request(self, prompt_ids: Seq[int], max_tokens: int) -> None:
@@ -162,7 +175,18 @@ class Engine:
         return rid
 
     def abort(self, request_id: int) -> bool:
-        """Stop a request and free its KV blocks now; False when it had already finished."""
+        """Stop a request and free its KV blocks now; False when it had already finished.
+
+        Called from inside a step of the same thread (a finalizer run by the garbage collector
+        mid-step), the abort is carried out as soon as that step ends instead.
+        """
+        with self.lock:
+            if self._stepping_thread == threading.get_ident():
+                self._deferred_aborts.append(request_id)
+                return True
+            return self._abort_now(request_id)
+
+    def _abort_now(self, request_id: int) -> bool:
         with self.lock:
             seq = self._seqs.pop(request_id, None)
             if seq is None or seq.payload.finish_reason is not None:
@@ -216,6 +240,16 @@ class Engine:
     # ---- one step ----
     def step(self) -> bool:
         """Run one batch; False when there was nothing to run."""
+        with self.lock:
+            self._stepping_thread = threading.get_ident()
+            try:
+                return self._step()
+            finally:
+                self._stepping_thread = None
+                while self._deferred_aborts:
+                    self._abort_now(self._deferred_aborts.pop())
+
+    def _step(self) -> bool:
         with self.lock:
             schedule = self.scheduler.schedule()
             self.stats.preemptions += len(schedule.preempted)
