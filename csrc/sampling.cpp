@@ -261,6 +261,20 @@ void validate_sampling_params(const SamplingParams& p, int n_vocab) {
         throw std::invalid_argument(describe("n_logprobs", "must be in [-1, n_vocab]", p.n_logprobs));
 }
 
+class Sampler::BusyGuard {
+public:
+    explicit BusyGuard(std::atomic<bool>& busy) : busy_(busy) {
+        if (busy_.exchange(true))
+            throw std::runtime_error("Sampler used from two threads at once (use one sampler per sequence)");
+    }
+    ~BusyGuard() { busy_.store(false); }
+    BusyGuard(const BusyGuard&) = delete;
+    BusyGuard& operator=(const BusyGuard&) = delete;
+
+private:
+    std::atomic<bool>& busy_;
+};
+
 Sampler::Sampler(const SamplingParams& params, int n_vocab) : params_(params), n_vocab_(n_vocab) {
     validate_sampling_params(params_, n_vocab_);
     work_.resize(static_cast<size_t>(n_vocab_));
@@ -268,6 +282,7 @@ Sampler::Sampler(const SamplingParams& params, int n_vocab) : params_(params), n
 }
 
 void Sampler::reset() {
+    BusyGuard guard(busy_);
     history_.clear();
     history_start_ = 0;
     token_counts_.clear();
@@ -278,6 +293,7 @@ void Sampler::reset() {
 }
 
 void Sampler::accept(int token) {
+    BusyGuard guard(busy_);
     if (token < 0 || token >= n_vocab_)
         throw std::invalid_argument("Sampler.accept: token " + std::to_string(token) +
                                     " is outside the vocabulary [0, " + std::to_string(n_vocab_) + ")");
@@ -295,6 +311,7 @@ void Sampler::accept(int token) {
 }
 
 int Sampler::sample(const float* logits) {
+    BusyGuard guard(busy_);
     has_logprobs_ = false;
     load_biased_logits(logits);
     if (params_.n_logprobs >= 0) compute_logprob_stats();

@@ -11,6 +11,7 @@
 // penalties / truncation / temperature, which is what OpenAI and llama-cpp-python report.
 #pragma once
 #include <stdint.h>
+#include <atomic>
 #include <random>
 #include <unordered_map>
 #include <utility>
@@ -46,9 +47,13 @@ struct Candidate {
     int token;
 };
 
+// One sampler per sequence. Not for concurrent use: sample / accept / reset from two threads
+// at once throw std::runtime_error instead of racing.
 class Sampler {
 public:
     Sampler(const SamplingParams& params, int n_vocab);
+    Sampler(const Sampler&) = delete;
+    Sampler& operator=(const Sampler&) = delete;
 
     // Records a token in the penalty history (call for every token that joins the sequence).
     void accept(int token);
@@ -68,6 +73,8 @@ public:
     int n_vocab() const { return n_vocab_; }
 
 private:
+    class BusyGuard;  // marks the sampler in use for the duration of a call
+
     void load_biased_logits(const float* logits);
     void compute_logprob_stats();
     void apply_penalties();
@@ -80,6 +87,7 @@ private:
 
     SamplingParams params_;
     int n_vocab_;
+    std::atomic<bool> busy_{false};
     std::mt19937 rng_;
 
     // Penalty history: a ring of the last penalty_last_n accepted tokens and their counts.

@@ -124,6 +124,12 @@ class _ChatSandbox(ImmutableSandboxedEnvironment):
 
     intercepted_binops = frozenset({"*", "**"})
 
+    def unsafe_undefined(self, obj: Any, attribute: str) -> Any:
+        # Jinja returns an Undefined that only fails when used; `{{ ''.__class__ }}` would then
+        # print nothing. Fail at the access instead, with a clear message.
+        raise ChatTemplateError(f"chat template tried to access attribute {attribute!r} of a "
+                                f"{type(obj).__name__} object, which the sandbox forbids")
+
     def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
         if operator == "*":
             for seq, count in ((left, right), (right, left)):
