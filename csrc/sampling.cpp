@@ -1,10 +1,10 @@
 // sampling.cpp — llama.cpp-style sampler chain over one row of logits.
 //
 // Cost model: vocabularies reach 262,144 entries and this runs once per generated token, so no
-// step sorts the whole vocabulary. Full-vocabulary passes (copy, max, exp-sum) are written as
-// plain loops over independent lanes that the compiler vectorizes; top-k is a bounded heap that
-// skips whole blocks whose maximum cannot enter it; top-p / min-p without top-k gather only the
-// tokens above a logit threshold and sort those.
+// step sorts the whole vocabulary. Full-vocabulary passes (copy, max, exp-sum) run on 16-lane
+// vectors; top-k is a bounded heap that skips whole blocks whose maximum cannot enter it;
+// min-p without top-k gathers the tokens above its logit threshold; top-p without top-k finds
+// its boundary with a histogram of the weights and sorts only the boundary bucket.
 #include "sampling.h"
 
 #include <immintrin.h>
