@@ -311,8 +311,8 @@ def _byte_level_decode(text: str) -> bytes:
         if byte is not None:
             out.append(byte)
         else:
-            utf8 = ch.encode("utf-8", "surrogatepass")
-            out += b"[UNK_BYTE_0x" + utf8.hex().encode() + text.encode("utf-8", "surrogatepass") + b"]"
+            utf8 = ch.encode("utf-8", "surrogatepass").hex().encode()
+            out += b"[UNK_BYTE_0x" + utf8 + text.encode("utf-8", "surrogatepass") + b"]"
     return bytes(out)
 
 
@@ -348,7 +348,7 @@ def _clean_up_spaces(data: bytes) -> bytes:
             x1 = text[i + 1]
             if x1 in b"sm":
                 total -= 1
-            elif x1 not in b"td" and i + 2 < n and (x1, text[i + 2]) in ((0x72, 0x65), (0x76, 0x65)):
+            elif x1 not in b"td" and i + 2 < n and bytes((x1, text[i + 2])) in (b"re", b"ve"):
                 total -= 1
         text[total] = x
         total += 1
