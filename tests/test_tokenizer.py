@@ -2,7 +2,7 @@
 
 Ground truth is ../shared/reference (produced by llama.cpp): tokenize.jsonl rows, the prompt ids
 and generated text of greedy.jsonl, and the chunk counts of perplexity.json.  Metadata is read
-with gguf-py's GGUFReader, independently of the project's own GGUF reader.
+with the project's GGUF reader (held to gguf-py's by tests/test_gguf.py).
 """
 from __future__ import annotations
 
@@ -13,10 +13,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-from gguf import GGUFReader
-from gguf.constants import GGUFValueType
 
 from conftest import MODEL_KEYS, REFERENCE, SHARED, model_file, read_jsonl
+from localllm.gguf import GGUFFile
 from localllm.tokenizer import StreamDecoder, Tokenizer
 
 CORPUS = SHARED / "corpus" / "gpl-3.txt"
@@ -24,25 +23,8 @@ TIME_BOUND_S = 2.0
 
 
 def gguf_metadata(path) -> dict[str, Any]:
-    """GGUF key -> value with gguf-py: strings decoded as UTF-8, arrays as Python lists."""
-    reader = GGUFReader(path)
-    meta: dict[str, Any] = {}
-    for name, field in reader.fields.items():
-        if not field.types:
-            continue
-        kind = field.types[0]
-        if kind == GGUFValueType.ARRAY:
-            if field.types[-1] == GGUFValueType.STRING:
-                meta[name] = [bytes(field.parts[i]).decode("utf-8") for i in field.data]
-            elif field.data:
-                meta[name] = np.concatenate([field.parts[i] for i in field.data]).tolist()
-            else:
-                meta[name] = []
-        elif kind == GGUFValueType.STRING:
-            meta[name] = bytes(field.parts[field.data[0]]).decode("utf-8")
-        else:
-            meta[name] = field.parts[field.data[0]][0].item()
-    return meta
+    """GGUF key -> value through the project's reader (tests/test_gguf.py holds it equal to gguf-py's)."""
+    return dict(GGUFFile(str(path)).metadata)
 
 
 @functools.lru_cache(maxsize=None)
