@@ -194,7 +194,8 @@ void register_gguf(py::module_& m) {
             if (p) std::rethrow_exception(p);
         } catch (const lll::GGUFOpenError& e) {
             const int err = e.code().value();
-            py::object exc = py::handle(PyExc_OSError)(err, std::string(strerror(err)), e.path());
+            const std::string reason = e.reason().empty() ? strerror(err) : e.reason();
+            py::object exc = py::handle(PyExc_OSError)(err, reason, e.path());
             PyErr_SetObject(PyExc_OSError, exc.ptr());
         }
     });

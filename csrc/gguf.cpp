@@ -191,7 +191,7 @@ void map_file(const std::string& path, Mapping* m) {
     if (!S_ISREG(st.st_mode)) {   // a directory, FIFO or device has no fixed size to map
         ::close(fd);
         throw GGUFOpenError(S_ISDIR(st.st_mode) ? EISDIR : EINVAL, path,
-                            "gguf: '" + path + "' is not a regular file");
+                            "gguf: '" + path + "' is not a regular file", "not a regular file");
     }
     m->size = static_cast<size_t>(st.st_size);
     if (m->size > 0) {   // mmap rejects length 0; an empty file fails the magic check instead
@@ -410,7 +410,13 @@ std::shared_ptr<GGUFFile> GGUFFile::open(const std::string& path) {
     f->base_ = m.base;
     f->size_ = m.size;
     m.base = nullptr;   // the GGUFFile owns the mapping from here on
-    GGUFParser(*f).parse();
+    try {
+        GGUFParser(*f).parse();
+    } catch (const GGUFError& e) {   // name the file: "gguf: PATH: header: bad magic ..."
+        std::string_view msg = e.what();
+        if (msg.substr(0, 6) == "gguf: ") msg.remove_prefix(6);
+        throw GGUFError("gguf: " + path + ": " + std::string(msg));
+    }
     return f;
 }
 

@@ -11,6 +11,7 @@ import struct
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import gguf as ggufpy
@@ -116,6 +117,17 @@ def test_real_model_typed_getters():
         f.get_u32("general.architecture")
     with pytest.raises(GGUFError, match="expected ARRAY\\[STRING\\], got ARRAY\\[INT32\\]"):
         f.get_string_array("tokenizer.ggml.token_type")
+
+
+def test_large_vocabulary_converts_quickly():
+    """gemma's 262k-token vocabulary (plus scores and types) converts in well under a second."""
+    f = GGUFFile(model_file("gemma3-270m-q4_k_m"))
+    start = time.perf_counter()
+    md = f.metadata
+    elapsed = time.perf_counter() - start
+    assert len(md["tokenizer.ggml.tokens"]) == len(md["tokenizer.ggml.scores"]) > 200_000
+    assert all(isinstance(t, str) for t in md["tokenizer.ggml.tokens"][:1000])
+    assert elapsed < 1.0, f"metadata conversion took {elapsed:.2f}s"
 
 
 def test_views_keep_the_mapping_alive():
