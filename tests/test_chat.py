@@ -4,66 +4,22 @@ from __future__ import annotations
 
 import functools
 import json
-import mmap
-import struct
 from datetime import datetime
 
 import pytest
 
 from conftest import model_file, read_jsonl
+from localllm.gguf import GGUFFile
 from localllm.chat import (CHATML_TEMPLATE, GEMMA_TEMPLATE, ChatTemplateError, fallback_template,
                            render_chat, validate_messages)
 
 USER = [{"role": "user", "content": "hi"}]
 
 
-# GGUF metadata value types (GGUF spec): scalar struct formats, 8 = string, 9 = array.
-_GGUF_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
-                 10: "<Q", 11: "<q", 12: "<d"}
-
-
-def read_gguf_metadata(path) -> dict:
-    """The metadata key/values of a GGUF file (header only; arrays of strings as lists).
-
-    A small independent reader: gguf-py's GGUFReader also maps every tensor and every token
-    string as a numpy view, which takes close to a minute per model on a loaded 2-core box.
-    """
-    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-        assert buf[:4] == b"GGUF"
-        version, _n_tensors, n_kv = struct.unpack_from("<IQQ", buf, 4)
-        assert version >= 2
-        pos = 24
-
-        def string(at: int) -> tuple[str, int]:
-            (length,) = struct.unpack_from("<Q", buf, at)
-            return buf[at + 8:at + 8 + length].decode("utf-8"), at + 8 + length
-
-        def value(kind: int, at: int):
-            if kind == 8:
-                return string(at)
-            if kind == 9:
-                item_kind, count = struct.unpack_from("<IQ", buf, at)
-                at += 12
-                items = []
-                for _ in range(count):
-                    item, at = value(item_kind, at)
-                    items.append(item)
-                return items, at
-            fmt = _GGUF_SCALARS[kind]
-            return struct.unpack_from(fmt, buf, at)[0], at + struct.calcsize(fmt)
-
-        metadata = {}
-        for _ in range(n_kv):
-            key, pos = string(pos)
-            (kind,) = struct.unpack_from("<I", buf, pos)
-            metadata[key], pos = value(kind, pos + 4)
-        return metadata
-
-
 @functools.lru_cache(maxsize=None)
 def file_chat_setup(key: str) -> tuple[str | None, str, str, str]:
     """(chat template or None, bos text, eos text, architecture) from the model file."""
-    meta = read_gguf_metadata(model_file(key))
+    meta = GGUFFile(str(model_file(key))).metadata
     tokens = meta["tokenizer.ggml.tokens"]
     bos = tokens[meta["tokenizer.ggml.bos_token_id"]] if "tokenizer.ggml.bos_token_id" in meta else ""
     eos = tokens[meta["tokenizer.ggml.eos_token_id"]] if "tokenizer.ggml.eos_token_id" in meta else ""
