@@ -4,12 +4,14 @@
   on random blocks and on real tensors of the three models; Q8_1 / Q8_K / integer types (which
   gguf-py does not read) against a numpy float32 formula.
 - quantize: bit-exact with ``gguf.quants.quantize`` for every format gguf-py writes; Q8_1 / Q8_K
-  against numpy; the K-quants (no independent writer is installed) by round-trip error bounds and
-  by requantizing llama.cpp's own tensors from the model files.
+  against numpy; every block format (K-quants included) against digests of ggml's own
+  quantize_row_*_ref output on a platform-independent input; K-quant round-trip error bounds;
+  requantizing llama.cpp's own tensors from the model files.
 - bad input: ValueError naming the problem.
 """
 from __future__ import annotations
 
+import hashlib
 import math
 import struct
 from collections import defaultdict
@@ -380,6 +382,67 @@ def test_quantize_rows_independent_and_thread_invariant():
         by_row = np.stack([quants.quantize(r, t) for r in x])
         by_block = quants.quantize(x.reshape(-1, 256), t).reshape(whole.shape)
         assert np.array_equal(whole, by_row) and np.array_equal(whole, by_block), t.name
+
+
+# ------------------------------------------------------------------------------- ggml golden bytes
+
+def golden_input() -> np.ndarray:
+    """[64, 4096] float32 made with integer arithmetic and exact float ops only, so it is the
+    same on every platform and numpy version: a splitmix64 hash, Irwin-Hall sums (near-normal),
+    and rows that are heavy-tailed, one-signed, sparse, zero, constant, 2^-100 tiny, 2^100 huge,
+    and on a 1/8 grid (rounding ties)."""
+    rows, n = 64, 4096
+    z = np.arange(rows * n, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    z ^= z >> np.uint64(30)
+    z *= np.uint64(0xBF58476D1CE4E5B9)
+    z ^= z >> np.uint64(27)
+    z *= np.uint64(0x94D049BB133111EB)
+    z ^= z >> np.uint64(31)
+    m16 = np.uint64(0xFFFF)
+    irwin_hall = sum(((z >> np.uint64(s)) & m16).astype(np.int64) for s in (0, 16, 32, 48)) - 2 * 65535
+    x = (irwin_hall.astype(np.float32) * np.float32(2.0 ** -16)).reshape(rows, n)
+    exps = ((z >> np.uint64(40)) % np.uint64(13)).astype(np.int32).reshape(rows, n) - 6
+    u = ((z & np.uint64(0xFFFFFF)).astype(np.float32) * np.float32(2.0 ** -24)).reshape(rows, n)
+    x[32:40] = np.ldexp(x[32:40], exps[32:40])
+    x[40:44] = u[40:44] + np.float32(0.5)
+    x[44:48] = -(u[44:48] + np.float32(0.5))
+    x[48:52] = np.where(u[48:52] < 0.9, np.float32(0), x[48:52])
+    x[52] = 0
+    x[53] = 0.375
+    x[54] = -3
+    x[55, ::7] = 1
+    x[56:60] = np.ldexp(x[56:60], -100)
+    x[60:62] = np.ldexp(x[60:62], 100)
+    x[62:64] = np.ldexp(np.trunc(np.ldexp(x[62:64], 2)), -3)
+    return x.astype(np.float32)
+
+
+# sha256 (first 32 hex digits) of ggml's own quantize_row_<type>_ref(golden_input()) bytes:
+# libggml-base of the llama.cpp vendored by llama-cpp-python 0.3.36 (ggml 0.25.3), built as
+# llama.cpp builds it (Release, -O3, no -march: ggml-base never fuses multiply-adds), called
+# through ctypes. These are llama.cpp outputs, the only independent reference for the K-quant
+# writers (gguf-py has none); an FMA-contracted or mis-transcribed scale search changes them.
+GGML_GOLDEN_SHA256 = {
+    T.Q4_0: "e1dda0033002b0acdb410c7961dffa17",
+    T.Q4_1: "7b64f4290ba65d1ef0ad05e6b5d4cdb1",
+    T.Q5_0: "2634f41147bde8ec9a9be00fe324fb5f",
+    T.Q5_1: "d375f98fee8dd7308bbe004c9de13262",
+    T.Q8_0: "e594e01f50f80e1f7e8d02cc55c0471d",
+    T.Q8_1: "5aa46c1710de630caf27fb0b4ea33cd1",
+    T.Q2_K: "92b15130e1f4e730901d7714aae99e77",
+    T.Q3_K: "afa3833eed194582c3b13ffdc636096d",
+    T.Q4_K: "e3f87d2169279fc763285cec0ee1d5ac",
+    T.Q5_K: "f961e46110f0e7880aab512c347cb3dd",
+    T.Q6_K: "4c8d356e44e4f020a01ab9084cc6fc19",
+    T.Q8_K: "ee86e0c0dc60eed06e9c2a2d7ec0ac8a",
+}
+
+
+@pytest.mark.parametrize("t", list(GGML_GOLDEN_SHA256), ids=lambda t: t.name)
+def test_quantize_matches_ggml_golden_bytes(t):
+    x = golden_input()
+    digest = hashlib.sha256(quants.quantize(x, t).tobytes()).hexdigest()[:32]
+    assert digest == GGML_GOLDEN_SHA256[t], f"{t.name} bytes differ from ggml's quantize_row_*_ref"
 
 
 # ------------------------------------------------------------------------------- K-quant accuracy
