@@ -46,7 +46,7 @@ def gguf_quant_types() -> list[T]:
     x = np.linspace(-1, 1, 256, dtype=np.float32)
     ok = []
     for t in T:
-        if not quants.can_quantize(t) or t == T.F32:
+        if not quants.can_quantize(t):
             continue
         try:
             gguf.quants.quantize(x.reshape(1, -1), GQ(int(t)))
