@@ -41,7 +41,7 @@ def run(eng: Engine, prompt: list[int], n: int = 8):
     computed0 = eng.stats.tokens_computed
     rid = eng.submit(prompt, SamplingParams(max_tokens=n, temperature=0.0, seed=0), keep_logits=True)
     first = eng.next_output(rid)
-    ttft = eng.times(rid).ttft if not first.finished else None
+    ttft = first.times.ttft
     outs = [first] + list(eng.outputs(rid))
     toks = [t for o in outs for t in o.token_ids]
     return toks, np.stack([o.logits for o in outs]), ttft, eng.stats.tokens_computed - computed0

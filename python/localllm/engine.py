@@ -71,6 +71,7 @@ class RequestOutput:
     finished: bool = False
     finish_reason: Optional[str] = None   # "stop" (end of generation / stop string), "length", "abort"
     logits: Optional[np.ndarray] = None   # [n_vocab] the row this step sampled from (keep_logits)
+    times: Optional[RequestTimes] = None  # the request's timings so far (shared, kept up to date)
 
 
 @dataclass
@@ -221,6 +222,7 @@ class Engine:
                 if not self.step():
                     raise RuntimeError(f"engine stalled: request {request_id} cannot be scheduled")
             out = req.outputs.popleft()
+            out.times = req.times
             if out.finished:
                 del self._seqs[request_id]
             return out

@@ -195,7 +195,7 @@ class LLM:
         try:
             yield None                              # consumed by _start
             for out in engine.outputs(request_id):
-                times = engine.times(request_id)
+                times = out.times
                 run.token_ids += out.token_ids
                 run.timings.generated_tokens = len(run.token_ids)
                 run.timings.prompt_s = times.ttft or 0.0
