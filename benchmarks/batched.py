@@ -96,8 +96,12 @@ def worker_llamacpp(path: str, threads: int, ns: list[int], n_prompt: int, n_gen
     import llama_cpp as L
 
     L.llama_backend_init()
-    L.llama_log_set(L.llama_log_callback(lambda level, text, data: None), ctypes.c_void_p(0))
+    quiet = L.llama_log_callback(lambda level, text, data: None)    # kept alive: C holds it
+    L.llama_log_set(quiet, ctypes.c_void_p(0))
     mparams = L.llama_model_default_params()
+    # No AMX repacked weights: AMX tile instructions fault where the OS does not grant AMX
+    # state (sandboxes); llama.cpp then uses its AVX-512 kernels.
+    mparams.use_extra_bufts = os.environ.get("LOCALLLM_LLAMACPP_EXTRA_BUFTS", "0") == "1"
     model = L.llama_model_load_from_file(path.encode(), mparams)
     vocab = L.llama_model_get_vocab(model)
     n_vocab = L.llama_vocab_n_tokens(vocab)
@@ -125,6 +129,9 @@ def worker_llamacpp(path: str, threads: int, ns: list[int], n_prompt: int, n_gen
         def argmax(i):
             return int(np.ctypeslib.as_array(L.llama_get_logits_ith(ctx, i), shape=(n_vocab,)).argmax())
 
+        decode([(t, p, 0, True) for p, t in enumerate([1, 2, 3, 4])])           # warm-up
+        decode([(5, 4, 0, True)])
+        L.llama_memory_clear(L.llama_get_memory(ctx), True)
         prompts = prompts_for(n, n_prompt, n_vocab, seed=n)
         t0 = time.perf_counter()
         decode([(t, p, s, p == n_prompt - 1) for s, pr in enumerate(prompts) for p, t in enumerate(pr)])
@@ -136,8 +143,7 @@ def worker_llamacpp(path: str, threads: int, ns: list[int], n_prompt: int, n_gen
             nxt = [argmax(s) for s in range(n)]
         dt = time.perf_counter() - t0
         rows.append({"n": n, "decode_tokens": n * n_gen, "decode_s": dt, "tps": n * n_gen / dt,
-                     "prefill_s": t_prefill, "kv_cells": cells,
-                     "kv_alloc_mb": L.llama_state_get_size(ctx) / 2 ** 20})
+                     "prefill_s": t_prefill, "kv_cells": cells})
         L.llama_batch_free(batch)
         L.llama_free(ctx)
     L.llama_model_free(model)
