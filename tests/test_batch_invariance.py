@@ -2,7 +2,7 @@
 sequences, at any batch size, position in the batch or prefill chunking; so are greedy outputs.
 
 The prompts are those of llama.cpp's greedy reference (../shared/reference/greedy.jsonl); the
-other sequences of a batch are prompts of mixed lengths (3 to 300 tokens)."""
+other sequences of a batch are prompts of mixed lengths (3 to 150 tokens)."""
 from __future__ import annotations
 
 import random
@@ -44,7 +44,7 @@ def run_batch(engine: Engine, prompts: list[list[int]]) -> list[tuple[list[int],
 
 def fillers(n: int, n_vocab: int, seed: int) -> list[list[int]]:
     rng = random.Random(seed)
-    lengths = [3, 300, 17, 64, 120, 5, 33, 250, 9, 80][:n] + [rng.randrange(3, 200) for _ in range(max(0, n - 10))]
+    lengths = [3, 150, 17, 64, 100, 5, 33, 120, 9, 80][:n] + [rng.randrange(3, 200) for _ in range(max(0, n - 10))]
     return [[rng.randrange(n_vocab) for _ in range(k)] for k in lengths]
 
 

@@ -170,3 +170,22 @@ def test_leak_300_random_requests_with_preemption_and_aborts(tokenizer):
         prompt, params = prompts[rid]
         solo = alone.submit(prompt, params)
         assert [t for o in alone.outputs(solo) for t in o.token_ids] == results[rid]
+
+
+def test_cli_runs_several_prompts_as_one_batch(llm, tmp_path):
+    import subprocess
+    import sys
+    prompts = ["The capital of France is", "def add(a, b):"]
+    f = tmp_path / "prompts.txt"
+    f.write_text(prompts[0] + "\n\n" + prompts[1] + "\n", encoding="utf-8")
+    cmd = [sys.executable, "-m", "localllm_cli", "run", "-m", str(model_file(KEY)), "-n", "6", "--temp", "0",
+           "-t", "2", "--parallel", "2", "--kv-memory", "8"]
+    for args in (["-p", prompts[0], "-p", prompts[1]], ["-f", str(f), "--lines"]):
+        proc = subprocess.run(cmd + args, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        want = "".join(f"--- [{i + 1}/2] (length) ---\n{llm.generate(p, max_tokens=6, temperature=0).text}\n"
+                       for i, p in enumerate(prompts))
+        assert proc.stdout == want
+        assert "batch of 2" in proc.stderr and "peak KV" in proc.stderr
+    bad = subprocess.run(cmd + ["-p", "x", "--lines"], capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 1 and "--lines needs -f" in bad.stderr
