@@ -23,7 +23,9 @@
 
 namespace lll {
 namespace kern {
-namespace {
+// Named, not anonymous: GCC gives templates instantiated on alias templates from an anonymous
+// namespace external (weak) linkage, so equally named tiles of two files would be merged.
+namespace avx512_impl {
 
 // ---- loading blocks ---------------------------------------------------------------------------
 
@@ -355,7 +357,8 @@ template <int R, int C> using F32Tile = FloatTile<F32Load, R, C>;
 template <int R, int C> using F16Tile = FloatTile<F16Load, R, C>;
 template <int R, int C> using BF16Tile = FloatTile<BF16Load, R, C>;
 
-}  // namespace
+}  // namespace avx512_impl
+using namespace avx512_impl;
 
 const KernelSet* avx512_kernels(GGMLType wtype) {
     // Tile shapes measured on a Sapphire Rapids core (GOP/s with weights in L2).

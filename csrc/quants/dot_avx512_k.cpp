@@ -18,7 +18,9 @@
 
 namespace lll {
 namespace kern {
-namespace {
+// Named, not anonymous: GCC gives templates instantiated on alias templates from an anonymous
+// namespace external (weak) linkage, so equally named tiles of two files would be merged.
+namespace avx512k_impl {
 
 inline float h2f(fp16_t h) { return _cvtsh_ss(h); }
 
@@ -200,7 +202,8 @@ template <int R, int C> using Q4KTile = KTile<Q4KStep, R, C>;
 template <int R, int C> using Q5KTile = KTile<Q5KStep, R, C>;
 template <int R, int C> using Q6KTile = KTile<Q6KStep, R, C>;
 
-}  // namespace
+}  // namespace avx512k_impl
+using namespace avx512k_impl;
 
 const KernelSet* avx512_kquant_kernels(GGMLType wtype) {
     // Tile shapes measured on a Sapphire Rapids core (GOP/s with weights in L2).

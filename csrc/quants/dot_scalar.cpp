@@ -12,7 +12,9 @@
 namespace lll {
 namespace kern {
 
-namespace {
+// Named, not anonymous: GCC gives templates instantiated on alias templates from an anonymous
+// namespace external (weak) linkage, so equally named tiles of two files would be merged.
+namespace scalar_impl {
 
 inline float h2f(fp16_t h) { return fp16_to_f32(h); }
 
@@ -262,7 +264,8 @@ KernelSet make_scalar_set() {
     return ks;
 }
 
-}  // namespace
+}  // namespace scalar_impl
+using namespace scalar_impl;
 
 const KernelSet* scalar_kernels(GGMLType wtype) {
     static const KernelSet q4_0 = make_scalar_set<dot_q4_0>(), q4_1 = make_scalar_set<dot_q4_1>(),
