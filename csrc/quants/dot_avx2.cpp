@@ -1,5 +1,5 @@
 // dot_avx2.cpp — AVX2 + FMA + F16C tile kernels (no VNNI, so they run on any AVX2 CPU).
-// Scalar references: dot_scalar.cpp. Q2_K / Q3_K have no AVX2 kernel and use the scalar one.
+// Scalar references: dot_scalar.cpp.
 //
 // Legacy blocks go one block (32 quants = one ymm) per step. Signed x signed byte products use
 // the vpsignb trick (|w| x sign(y, w), then vpmaddubsw: |w| <= 128 and |y| <= 127 keep the
@@ -215,11 +215,63 @@ inline void q6_K_superblock(const uint8_t* blk, const block_q8_K& x, __m256& acc
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(h2f(b->d) * x.d), acc);
 }
 
-template <int kType>   // 0: Q4_K, 1: Q5_K, 2: Q6_K
+inline void q2_K_superblock(const uint8_t* blk, const block_q8_K& x, __m256& acc) {
+    const block_q2_K* b = (const block_q2_K*)blk;
+    const __m256i three = _mm256_set1_epi8(3);
+    __m256i isum = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {
+        const __m256i q2 = _mm256_loadu_si256((const __m256i*)(b->qs + 32 * h));
+        for (int s = 0; s < 4; ++s) {   // elements 128h + 32s + l: (qs[32h + l] >> 2s) & 3
+            const int g = 8 * h + 2 * s;
+            const __m256i q = _mm256_and_si256(_mm256_srli_epi16(q2, 2 * s), three);
+            const __m256i y = _mm256_loadu_si256((const __m256i*)(x.qs + 128 * h + 32 * s));
+            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(q, y),
+                                                            pair16(b->scales[g] & 0x0F, b->scales[g + 1] & 0x0F)));
+        }
+    }
+    // mins: high nibbles of the scales, one per 16-element group, against bsums
+    const __m128i sc = _mm_loadu_si128((const __m128i*)b->scales);
+    const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc, 4), _mm_set1_epi8(0x0F)));
+    const __m256i summ = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)x.bsums), mins);
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(h2f(b->d) * x.d), acc);
+    acc = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(summ), _mm256_set1_ps(h2f(b->dmin) * x.d), acc);
+}
+
+inline void q3_K_superblock(const uint8_t* blk, const block_q8_K& x, __m256& acc) {
+    const block_q3_K* b = (const block_q3_K*)blk;
+    int sc[16];
+    q3_K_scales_unpacked(b->scales, sc);
+    const __m256i three = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+    const __m256i hm = _mm256_loadu_si256((const __m256i*)b->hmask);
+    __m256i isum = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {
+        const __m256i q3 = _mm256_loadu_si256((const __m256i*)(b->qs + 32 * h));
+        for (int s = 0; s < 4; ++s) {
+            // value = low - 4 + 4 * high = q' - 4 with q' = low | high << 2 in [0, 7]
+            const int g = 8 * h + 2 * s;
+            const __m256i low = _mm256_and_si256(_mm256_srli_epi16(q3, 2 * s), three);
+            const __m256i high = _mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + s), one);
+            const __m256i q = _mm256_or_si256(low, _mm256_slli_epi16(high, 2));
+            const __m256i y = _mm256_loadu_si256((const __m256i*)(x.qs + 128 * h + 32 * s));
+            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(q, y), pair16(sc[g], sc[g + 1])));
+        }
+    }
+    alignas(32) int16_t sc16[16];
+    for (int g = 0; g < 16; ++g) sc16[g] = (int16_t)sc[g];
+    const __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)x.bsums), _mm256_load_si256((const __m256i*)sc16));
+    isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(off, 2));   // - 4 * sum(sc * bsums), exact
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(h2f(b->d) * x.d), acc);
+}
+
+template <int kType>   // 0: Q4_K, 1: Q5_K, 2: Q6_K, 3: Q2_K, 4: Q3_K
 struct KStep {
-    static constexpr int kBytes = kType == 0 ? sizeof(block_q4_K) : kType == 1 ? sizeof(block_q5_K) : sizeof(block_q6_K);
+    static constexpr int kBytes = kType == 0 ? sizeof(block_q4_K) : kType == 1 ? sizeof(block_q5_K)
+                                : kType == 2 ? sizeof(block_q6_K) : kType == 3 ? sizeof(block_q2_K)
+                                : sizeof(block_q3_K);
     static void superblock(const uint8_t* blk, const block_q8_K& x, __m256& acc) {
         if constexpr (kType == 2) q6_K_superblock(blk, x, acc);
+        else if constexpr (kType == 3) q2_K_superblock(blk, x, acc);
+        else if constexpr (kType == 4) q3_K_superblock(blk, x, acc);
         else q45_K_superblock<kType == 1>(blk, x, acc);
     }
 };
@@ -310,6 +362,8 @@ template <int R, int C> using Q8_0Tile = LegacyTile<Q8_0Step, R, C>;
 template <int R, int C> using Q4KTile = KTile<KStep<0>, R, C>;
 template <int R, int C> using Q5KTile = KTile<KStep<1>, R, C>;
 template <int R, int C> using Q6KTile = KTile<KStep<2>, R, C>;
+template <int R, int C> using Q2KTile = KTile<KStep<3>, R, C>;
+template <int R, int C> using Q3KTile = KTile<KStep<4>, R, C>;
 template <int R, int C> using F32Tile = FloatTile<F32Load, R, C>;
 template <int R, int C> using F16Tile = FloatTile<F16Load, R, C>;
 template <int R, int C> using BF16Tile = FloatTile<BF16Load, R, C>;
@@ -326,6 +380,8 @@ const KernelSet* avx2_kernels(GGMLType wtype) {
                            q4_K = make_tile_set<Q4KTile, 1, 1>(Isa::AVX2),
                            q5_K = make_tile_set<Q5KTile, 1, 1>(Isa::AVX2),
                            q6_K = make_tile_set<Q6KTile, 1, 1>(Isa::AVX2),
+                           q2_K = make_tile_set<Q2KTile, 1, 1>(Isa::AVX2),
+                           q3_K = make_tile_set<Q3KTile, 1, 1>(Isa::AVX2),
                            f32 = make_tile_set<F32Tile, 2, 2>(Isa::AVX2),
                            f16 = make_tile_set<F16Tile, 2, 2>(Isa::AVX2),
                            bf16 = make_tile_set<BF16Tile, 2, 2>(Isa::AVX2);
@@ -338,6 +394,8 @@ const KernelSet* avx2_kernels(GGMLType wtype) {
         case GGMLType::Q4_K: return &q4_K;
         case GGMLType::Q5_K: return &q5_K;
         case GGMLType::Q6_K: return &q6_K;
+        case GGMLType::Q2_K: return &q2_K;
+        case GGMLType::Q3_K: return &q3_K;
         case GGMLType::F32: return &f32;
         case GGMLType::F16: return &f16;
         case GGMLType::BF16: return &bf16;

@@ -74,6 +74,16 @@ inline void k4_scale_min(const uint8_t* q, int j, int* sc, int* m) {
     }
 }
 
+// The 16 6-bit scales of a Q3_K block (stored with a +32 bias), unpacked to signed ints:
+// low 4 bits from the nibbles of bytes 0..7, high 2 bits from bytes 8..11.
+inline void q3_K_scales_unpacked(const uint8_t* s, int* out) {
+    for (int g = 0; g < 16; ++g) {
+        const int low = g < 8 ? (s[g] & 0x0F) : (s[g - 8] >> 4);
+        const int high = (s[8 + (g & 3)] >> (2 * (g >> 2))) & 3;
+        out[g] = (low | (high << 4)) - 32;
+    }
+}
+
 // Builds a tile table whose every tile computes each pair with the 1 x 1 dot product `F`
 // (used by levels that have no multi-row kernels for a type).
 template <VecDotFn F, int R, int C>

@@ -130,15 +130,6 @@ float dot_q2_K(int64_t n, const void* vw, const void* vx) {
     return sumf;
 }
 
-// The 16 6-bit scales of a Q3_K block (stored with a +32 bias), unpacked to signed ints.
-inline void q3_K_scales(const uint8_t* s, int* out) {
-    for (int g = 0; g < 16; ++g) {
-        const int low = g < 8 ? (s[g] & 0x0F) : (s[g - 8] >> 4);
-        const int high = (s[8 + (g & 3)] >> (2 * (g >> 2))) & 3;
-        out[g] = (low | (high << 4)) - 32;
-    }
-}
-
 float dot_q3_K(int64_t n, const void* vw, const void* vx) {
     const block_q3_K* w = (const block_q3_K*)vw;
     const block_q8_K* x = (const block_q8_K*)vx;
@@ -155,7 +146,7 @@ float dot_q3_K(int64_t n, const void* vw, const void* vx) {
                     q[128 * h + 32 * s + l] = (int8_t)(low - (high ? 0 : 4));
                 }
         int sc[16];
-        q3_K_scales(w[i].scales, sc);
+        q3_K_scales_unpacked(w[i].scales, sc);
         int isum = 0;
         for (int g = 0; g < 16; ++g) isum += sc[g] * dot16(q + 16 * g, x[i].qs + 16 * g);
         sumf += (h2f(w[i].d) * x[i].d) * (float)isum;
