@@ -99,9 +99,6 @@ class LLM:
             raise ValueError(f"n_batch must be >= 1, got {n_batch}")
         self.model_path = Path(hub.resolve_model(model_path))
         self.gguf = GGUFFile(str(self.model_path))
-        meta = self.gguf.metadata
-        self.tokenizer = Tokenizer.from_gguf_metadata(meta)
-        self.chat_template: str | None = meta.get("tokenizer.chat_template")
         self.n_threads = n_threads or default_threads()
         self.n_ctx = n_ctx
         self.n_batch = n_batch
@@ -109,7 +106,11 @@ class LLM:
         if kv_blocks is not None and kv_blocks < 1:
             raise ValueError(f"kv_blocks must be >= 1, got {kv_blocks}")
         n_blocks = (kv_blocks or -(-n_ctx // kv_block_size)) + 1          # + the null block
+        # The model first: it names an unsupported architecture before anything else fails.
         self._model = _core.Model(str(self.model_path), self.n_threads, n_blocks, kv_block_size)
+        meta = self.gguf.metadata
+        self.tokenizer = Tokenizer.from_gguf_metadata(meta)
+        self.chat_template: str | None = meta.get("tokenizer.chat_template")
         self._engine = Engine(self._model, self.tokenizer, n_ctx, max_batch_tokens=n_batch,
                               max_running=max_running)
         self._pool = self._engine.pool
