@@ -26,8 +26,8 @@ def parts():
     ids = tok.encode(text, add_special=True)
     assert len(ids) > PREFIX + 100
     prefix = ids[:PREFIX]
-    first = prefix + tok.encode("\n\nQuestion: what is this text about? Answer:", add_special=False)
-    second = prefix + tok.encode("\n\nSummary in one sentence:", add_special=False)
+    first = prefix + tok.encode(" Question: what is this text about? Answer:", add_special=False)
+    second = prefix + tok.encode(" In one sentence, this license", add_special=False)
     assert first[PREFIX] != second[PREFIX]
     return path, tok, first, second
 
@@ -82,7 +82,7 @@ def test_counters_after_repeat_and_eviction(parts):
     # Unrelated requests take the pool; the least recently used cached blocks go first.
     ev0 = eng.pool.stats.evictions
     other = list(reversed(first))
-    run(eng, other[: len(first) - 100], n=2)
+    run(eng, other[:200], n=2)                             # 13 blocks: more than the 8 spare
     assert eng.pool.stats.evictions > ev0
     h1 = eng.pool.stats.hit_blocks
     third = run(eng, first)
