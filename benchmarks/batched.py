@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import time
@@ -66,7 +67,8 @@ def worker_localllm(path: str, threads: int, ns: list[int], n_prompt: int, n_gen
         ctx = n_prompt + n_gen + 1
         blocks = n * -(-ctx // BLOCK) + 1
         model = _core.Model(path, threads, blocks, BLOCK)
-        engine = Engine(model, tok, n_ctx=ctx, max_batch_tokens=max(512, n), max_running=n)
+        # Budget for all prompts at once: the prefill is one step, every later step pure decode.
+        engine = Engine(model, tok, n_ctx=ctx, max_batch_tokens=max(512, n * n_prompt), max_running=n)
         ban = {t: float("-inf") for t in tok.eot_ids}
         params = SamplingParams(max_tokens=n_gen + 1, temperature=0.0, logit_bias=ban, seed=0)
         warm = engine.submit([1, 2, 3, 4], SamplingParams(max_tokens=2, temperature=0.0, seed=0))
@@ -99,9 +101,9 @@ def worker_llamacpp(path: str, threads: int, ns: list[int], n_prompt: int, n_gen
     quiet = L.llama_log_callback(lambda level, text, data: None)    # kept alive: C holds it
     L.llama_log_set(quiet, ctypes.c_void_p(0))
     mparams = L.llama_model_default_params()
-    # No AMX repacked weights: AMX tile instructions fault where the OS does not grant AMX
-    # state (sandboxes); llama.cpp then uses its AVX-512 kernels.
-    mparams.use_extra_bufts = os.environ.get("LOCALLLM_LLAMACPP_EXTRA_BUFTS", "0") == "1"
+    # LOCALLLM_LLAMACPP_EXTRA_BUFTS=0 turns off repacked weight buffers (among them AMX, whose
+    # tile instructions fault where the OS does not grant AMX state, e.g. in sandboxes).
+    mparams.use_extra_bufts = os.environ.get("LOCALLLM_LLAMACPP_EXTRA_BUFTS", "1") == "1"
     model = L.llama_model_load_from_file(path.encode(), mparams)
     vocab = L.llama_model_get_vocab(model)
     n_vocab = L.llama_vocab_n_tokens(vocab)
@@ -154,6 +156,12 @@ def run_worker(python: str, engine: str, path: str, args) -> list[dict]:
     cmd = [python, __file__, "--worker", engine, "--path", path, "-t", str(args.threads),
            "-p", str(args.n_prompt), "-g", str(args.n_gen), "-N", *map(str, args.concurrency)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
+    if engine == "llamacpp" and proc.returncode == -signal.SIGILL:
+        # A llama.cpp built with AMX on a machine that does not grant AMX state: retry on its
+        # AVX-512 kernels, without repacked buffers.
+        print("llama.cpp died with SIGILL (AMX?): retrying with use_extra_bufts off", file=sys.stderr)
+        proc = subprocess.run(cmd, capture_output=True, text=True,
+                              env={**os.environ, "LOCALLLM_LLAMACPP_EXTRA_BUFTS": "0"})
     if proc.returncode != 0:
         raise RuntimeError(f"{engine} worker failed on {path}:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -189,3 +189,22 @@ def test_cli_runs_several_prompts_as_one_batch(llm, tmp_path):
         assert "batch of 2" in proc.stderr and "peak KV" in proc.stderr
     bad = subprocess.run(cmd + ["-p", "x", "--lines"], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 1 and "--lines needs -f" in bad.stderr
+
+
+def test_dropped_or_closed_streams_free_their_blocks(llm):
+    import gc
+    eng = llm._engine
+    started = llm.stream("A long story about a cat:", max_tokens=64, temperature=0)
+    next(started)
+    assert eng.has_unfinished() and eng.pool.num_used > 0
+    del started
+    gc.collect()
+    assert not eng.has_unfinished() and eng.pool.num_used == 0
+    unstarted = llm.stream("Never read", max_tokens=64, temperature=0)
+    assert eng.has_unfinished()
+    unstarted.close()
+    assert not eng.has_unfinished() and eng.pool.num_used == 0
+    dropped = llm.stream("Never read either", max_tokens=64, temperature=0)
+    del dropped
+    gc.collect()
+    assert not eng.has_unfinished()

@@ -126,8 +126,7 @@ class Engine:
         self.stats = EngineStats()
         self.lock = threading.RLock()             # guards everything below and the model
         self._seqs: dict[int, Sequence] = {}      # unfinished or not yet drained
-        self._ids = itertools.count()
-        self._next_id = 0
+        self._next_id = 0                         # ids are issued in submission order
         self._eog = frozenset(tokenizer.eot_ids)
         self._stepping_thread: Optional[int] = None   # set while a step runs
         self._deferred_aborts: list[int] = []
@@ -164,7 +163,7 @@ class Engine:
         for t in prompt_ids:
             sampler.accept(t)
         with self.lock:
-            rid = next(self._ids)
+            rid = self._next_id
             req = _Request(rid, params, params.max_tokens, sampler, StreamDecoder(self.tokenizer),
                            StopMatcher(params.stop or []), RequestTimes(submitted=time.perf_counter()),
                            keep_logits)
