@@ -21,7 +21,8 @@ KL_MAX = 0.005          # mean KL(llama.cpp || ours) restricted to llama.cpp's t
 # reason above (docs/fidelity.md) continuations part where llama.cpp's top two are nearly tied, so
 # we require 2 identical and that every divergence starts at such a near-tie.
 GREEDY_MIN_EXACT = 2
-NEAR_TIE = 0.25         # logits: llama.cpp's own top-1 minus its logit of the token we chose
+NEAR_TIE = 0.5          # logits: llama.cpp's own top-1 minus its logit of the token we chose (~3x our
+                        # mean logit deviation from llama.cpp on gemma3, the noisiest of the three)
 PPL_REL_TOL = 0.005     # perplexity within 0.5% of llama-perplexity's
 
 
