@@ -126,7 +126,8 @@ py::array_t<float> matmul_py(const py::array& w, int wtype, int64_t N, int64_t K
     return y;
 }
 
-// Streaming read bandwidth (GB/s, best of `reps`) of n_threads threads summing a buffer.
+// Streaming read bandwidth (GB/s, best of `reps`) of n_threads threads summing a buffer, each
+// thread its own contiguous part (first touched by that thread).
 double read_bandwidth_py(int64_t nbytes, int n_threads, int reps) {
     if (nbytes < (1 << 20)) throw std::invalid_argument("read_bandwidth: nbytes must be >= 1 MiB");
     if (reps < 1) throw std::invalid_argument("read_bandwidth: reps must be >= 1");
@@ -155,8 +156,12 @@ double read_bandwidth_py(int64_t nbytes, int n_threads, int reps) {
             int64_t lo, hi;
             part(ith, nth, &lo, &hi);
             uint64_t a[8] = {0, 0, 0, 0, 0, 0, 0, 0};   // 8 lanes: vectorizes to wide loads
-            for (int64_t i = lo; i < hi; i += 8)
+            for (int64_t i = lo; i < hi; i += 8) {
+                // same software prefetch distance as the kernels, so the loop is as fast a
+                // reader as they are (a conservative yardstick)
+                __builtin_prefetch(p + i + lll::kern::kPrefetchAhead / 8, 0, 3);
                 for (int j = 0; j < 8; ++j) a[j] += p[i + j];
+            }
             sums[ith * 8] = a[0] + a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7];
         });
         const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -129,6 +129,7 @@ struct LegacyTile {
             ActBlock<S::kX> xv[C];
             for (int c = 0; c < C; ++c) xv[c] = ActBlock<S::kX>::load(x + c * xs + b * S::kX);
             for (int r = 0; r < R; ++r) {
+                prefetch_ahead<S::kW>(w + r * ws + b * S::kW);
                 const typename S::W wv = S::load_w(w + r * ws + b * S::kW);
                 for (int c = 0; c < C; ++c) {
                     acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S::dot(wv, xv[c].q)),
@@ -283,9 +284,11 @@ struct KTile {
         for (int r = 0; r < R; ++r)
             for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
         for (int64_t i = 0; i < k / QK_K; ++i)
-            for (int r = 0; r < R; ++r)
+            for (int r = 0; r < R; ++r) {
+                prefetch_ahead<S::kBytes>(w + r * ws + i * S::kBytes);
                 for (int c = 0; c < C; ++c)
                     S::superblock(w + r * ws + i * S::kBytes, ((const block_q8_K*)(x + c * xs))[i], acc[r][c]);
+            }
         for (int r = 0; r < R; ++r)
             for (int c = 0; c < C; ++c) y[c * ldy + r] = hsum8(acc[r][c]);
     }
@@ -331,7 +334,10 @@ struct FloatTile {
         const uint8_t* xp[C];
         int64_t i = 0;
         for (; i + 16 <= k; i += 16) {
-            for (int r = 0; r < R; ++r) wp[r] = w + r * ws + i * L::kSize;
+            for (int r = 0; r < R; ++r) {
+                wp[r] = w + r * ws + i * L::kSize;
+                prefetch_ahead<16 * L::kSize>(wp[r]);
+            }
             for (int c = 0; c < C; ++c) xp[c] = x + c * xs + i * L::kSize;
             step(wp, xp, a0, a1);
         }

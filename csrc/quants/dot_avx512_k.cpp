@@ -176,7 +176,10 @@ struct KTile {
         for (int64_t i = 0; i < k / QK_K; ++i) {
             typename S::Row wr[R];
             const block_q8_K* xb[C];
-            for (int r = 0; r < R; ++r) wr[r] = S::row(w + r * ws + i * S::kBytes);
+            for (int r = 0; r < R; ++r) {
+                prefetch_ahead<S::kBytes>(w + r * ws + i * S::kBytes);
+                wr[r] = S::row(w + r * ws + i * S::kBytes);
+            }
             for (int c = 0; c < C; ++c) xb[c] = (const block_q8_K*)(x + c * xs) + i;
             __m512i isum[R][C];
             for (int r = 0; r < R; ++r)
