@@ -33,8 +33,8 @@ VEC_DOT_TYPE = {T.Q4_0: T.Q8_0, T.Q5_0: T.Q8_0, T.Q8_0: T.Q8_0, T.Q4_1: T.Q8_1, 
 # Types whose SIMD levels must have their own kernels (not fall back to a lower level).
 MUST_HAVE_SIMD = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q8_0, T.Q4_K, T.Q6_K, T.F16, T.F32]
 # Known fallbacks: {type: {requested level: level actually used}}; every other pair is served
-# by its own level. Q2_K / Q3_K have AVX2 kernels only (no AVX-512 kernel).
-FALLBACKS = {T.Q2_K: {2: 1}, T.Q3_K: {2: 1}}
+# by its own level (today every type has its own kernel at every level).
+FALLBACKS: dict[T, dict[int, int]] = {}
 
 F16_EPS = 2.0 ** -11   # unit roundoff of fp16
 BF16_EPS = 2.0 ** -8
