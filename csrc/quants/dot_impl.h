@@ -72,16 +72,16 @@ bool quantize_act_avx2(GGMLType type, const float* x, void* dst, int64_t n);    
 bool quantize_act_avx512(GGMLType type, const float* x, void* dst, int64_t n);  // false: n/a
 void quantize_act_scalar(GGMLType type, const float* x, void* dst, int64_t n);
 
-// Software prefetch of the weight bytes a tile will read kPrefetchAhead bytes from now: every
-// cache line of [p + ahead, p + ahead + n). Decode streams weights from DRAM; with the hardware
-// prefetchers alone one core streamed Q4_0 / Q4_K weights at ~40% of the rate it reaches with
-// an 8 KiB software prefetch distance (measured for 0.5, 1, 2, 4, 8 and 16 KiB).
+// Software prefetch of the weight bytes a tile will read kPrefetchAhead bytes from now, one
+// prefetch per 64 bytes of a kBytes step (consecutive steps are contiguous, so every cache line
+// gets one). Decode streams weights from DRAM; with the hardware prefetchers alone one core
+// streamed Q4_0 / Q4_K weights at ~40% of the rate it reaches with an 8 KiB software prefetch
+// distance (measured for 0.5, 1, 2, 4, 8 and 16 KiB).
 constexpr int kPrefetchAhead = LLL_PREFETCH_AHEAD;
 template <int kBytes>
 inline void prefetch_ahead(const uint8_t* p) {
     const char* q = (const char*)p + kPrefetchAhead;
     for (int off = 0; off < kBytes; off += 64) __builtin_prefetch(q + off, 0, 3);
-    if (kBytes % 64 != 0) __builtin_prefetch(q + kBytes - 1, 0, 3);
 }
 
 // Scale and min of sub-block j (0..7) from the 12 packed 6-bit fields of Q4_K / Q5_K.
