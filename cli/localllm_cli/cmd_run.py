@@ -1,40 +1,85 @@
-"""`localllm run`: complete a prompt, streaming the text to stdout (stats to stderr)."""
+"""`localllm run`: complete one prompt, streaming the text to stdout (stats to stderr), or
+several prompts as one batch (`-p` repeated, or `-f FILE --lines`), printed in order."""
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 
-from .common import add_model_args, add_sampling_args, load_llm, print_stats, sampling_kwargs
+from .common import add_model_args, add_sampling_args, peak_rss_mb, print_stats, sampling_kwargs
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("run", help="generate a completion of a prompt")
+    p = sub.add_parser("run", help="generate a completion of a prompt (or of several, batched)")
     add_model_args(p)
     add_sampling_args(p)
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("-p", "--prompt", help="prompt text")
+    src.add_argument("-p", "--prompt", action="append",
+                     help="prompt text; repeat to run several prompts as one batch")
     src.add_argument("-f", "--file", help="read the prompt from this file")
+    p.add_argument("--lines", action="store_true",
+                   help="with -f: one prompt per non-empty line, run as one batch")
     p.add_argument("--chat", action="store_true",
-                   help="wrap the prompt as a user message in the model's chat template")
+                   help="wrap each prompt as a user message in the model's chat template")
+    p.add_argument("--parallel", type=int, default=16, metavar="N",
+                   help="most sequences generated at once (default 16)")
+    kv = p.add_mutually_exclusive_group()
+    kv.add_argument("--kv-blocks", type=int, default=None, metavar="N",
+                    help="KV cache blocks of 16 tokens shared by all sequences (default: ctx-size tokens)")
+    kv.add_argument("--kv-memory", type=float, default=None, metavar="MB",
+                    help="KV cache size in MiB (instead of --kv-blocks)")
     p.set_defaults(func=run)
 
 
-def read_prompt(args: argparse.Namespace) -> str:
+def read_prompts(args: argparse.Namespace) -> list[str]:
     if args.file is None:
-        return args.prompt
+        if args.lines:
+            raise ValueError("--lines needs -f FILE")
+        return list(args.prompt)
     with open(args.file, encoding="utf-8") as f:
-        return f.read()
+        text = f.read()
+    if not args.lines:
+        return [text]
+    prompts = [line for line in text.splitlines() if line.strip()]
+    if not prompts:
+        raise ValueError(f"{args.file}: no non-empty line")
+    return prompts
+
+
+def load(args: argparse.Namespace):
+    from localllm import LLM, hub
+    from localllm.engine import kv_bytes_per_token
+    from localllm.gguf import GGUFFile
+    if args.parallel < 1:
+        raise ValueError(f"--parallel must be >= 1, got {args.parallel}")
+    blocks = args.kv_blocks
+    if args.kv_memory is not None:
+        path = hub.resolve_model(args.model)
+        per_block = 16 * kv_bytes_per_token(GGUFFile(str(path)).metadata)
+        blocks = int(args.kv_memory * 2 ** 20 // per_block)
+        if blocks < 1:
+            raise ValueError(f"--kv-memory {args.kv_memory} MiB holds no KV block ({per_block} bytes each)")
+        args.model = str(path)
+    return LLM(args.model, n_threads=args.threads, n_ctx=args.ctx_size, max_running=args.parallel,
+               kv_blocks=blocks)
+
+
+def prompt_ids(llm, prompt: str, chat: bool) -> list[int]:
+    if chat:
+        prompt = llm.render_chat([{"role": "user", "content": prompt}])
+        if llm.tokenizer.bos_token and prompt.startswith(llm.tokenizer.bos_token):
+            return llm.tokenize(prompt, add_special=False, parse_special=True)
+    return llm.tokenize(prompt, add_special=True, parse_special=True)
 
 
 def run(args: argparse.Namespace) -> int:
-    llm = load_llm(args)
-    prompt = read_prompt(args)
-    if args.chat:
-        prompt = llm.render_chat([{"role": "user", "content": prompt}])
-    ids = llm.tokenize(prompt, add_special=True, parse_special=True)
-    if args.chat and llm.tokenizer.bos_token and prompt.startswith(llm.tokenizer.bos_token):
-        ids = llm.tokenize(prompt, add_special=False, parse_special=True)
-    stream = llm.stream(ids, **sampling_kwargs(args, llm.n_ctx))
+    prompts = read_prompts(args)
+    llm = load(args)
+    ids = [prompt_ids(llm, p, args.chat) for p in prompts]
+    kwargs = sampling_kwargs(args, llm.n_ctx)
+    if len(ids) > 1:
+        return run_batch(llm, ids, kwargs)
+    stream = llm.stream(ids[0], **kwargs)
     try:
         for piece in stream:
             sys.stdout.write(piece)
@@ -46,4 +91,29 @@ def run(args: argparse.Namespace) -> int:
         return 130
     sys.stdout.write("\n")
     print_stats(llm, stream.timings)
+    return 0
+
+
+def run_batch(llm, ids: list[list[int]], kwargs: dict) -> int:
+    """All prompts run concurrently; each completion is printed, in order, once it is done."""
+    t0 = time.perf_counter()
+    streams = [llm.stream(p, **kwargs) for p in ids]
+    try:
+        for i, stream in enumerate(streams):
+            text = "".join(stream)        # consuming one stream advances all of them
+            print(f"--- [{i + 1}/{len(streams)}] ({stream.finish_reason}) ---")
+            print(text, flush=True)
+    except KeyboardInterrupt:
+        for stream in streams:
+            stream.close()
+        return 130
+    wall = time.perf_counter() - t0
+    n_prompt = sum(len(p) for p in ids)
+    n_gen = sum(len(s.token_ids) for s in streams)
+    state = llm._engine.pool_state()
+    print(f"\n[batch of {len(ids)} | prompt {n_prompt} tok | generation {n_gen} tok | {wall:.2f} s, "
+          f"{n_gen / wall:.1f} t/s aggregate | peak KV {state['peak_used']} of {state['blocks']} blocks "
+          f"({state['peak_kv_bytes'] / 2 ** 20:.1f} MiB) | prefix cache hits {state['hit_tokens']} tok | "
+          f"preemptions {llm._engine.stats.preemptions} | peak RSS {peak_rss_mb():.0f} MB | "
+          f"{llm.n_threads} threads, {llm.isa}]", file=sys.stderr)
     return 0

@@ -11,10 +11,11 @@ import numpy as np
 
 from . import _core, hub
 from .chat import render_chat
+from .engine import Engine
 from .gguf import GGUFFile
-from .kv_blocks import NULL_BLOCK, BlockPool, BlockTable
-from .sampling import SamplingParams, StopMatcher, make_sampler
-from .tokenizer import StreamDecoder, Tokenizer
+from .kv_blocks import BlockTable
+from .sampling import SamplingParams
+from .tokenizer import Tokenizer
 
 __all__ = ["LLM", "GenerationResult", "TextStream", "Timings", "Prompt", "default_threads"]
 
@@ -82,12 +83,15 @@ class LLM:
         n_threads: CPU threads (default: all CPUs available to the process).
         n_ctx: context length in tokens; the KV cache pool is sized for it.
         seed: default sampling seed (None: a fresh random seed per call).
-        n_batch: prompt tokens evaluated per forward call.
+        n_batch: tokens evaluated per forward call (all running sequences together).
+        max_running: most sequences generating at once (see `localllm.engine`).
+        kv_blocks: KV cache blocks of kv_block_size tokens shared by all sequences
+            (default: enough for one sequence of n_ctx tokens).
     """
 
     def __init__(self, model_path: str | os.PathLike | None = None, n_threads: int | None = None,
                  n_ctx: int = 4096, seed: int | None = None, n_batch: int = 512,
-                 kv_block_size: int = 16):
+                 kv_block_size: int = 16, max_running: int = 16, kv_blocks: int | None = None):
         t0 = time.perf_counter()
         if n_ctx < 1:
             raise ValueError(f"n_ctx must be >= 1, got {n_ctx}")
@@ -99,13 +103,17 @@ class LLM:
         self.n_ctx = n_ctx
         self.n_batch = n_batch
         self.seed = seed
-        n_blocks = -(-n_ctx // kv_block_size) + 1          # + the null block
+        if kv_blocks is not None and kv_blocks < 1:
+            raise ValueError(f"kv_blocks must be >= 1, got {kv_blocks}")
+        n_blocks = (kv_blocks or -(-n_ctx // kv_block_size)) + 1          # + the null block
         # The model first: it names an unsupported architecture before anything else fails.
         self._model = _core.Model(str(self.model_path), self.n_threads, n_blocks, kv_block_size)
         meta = self.gguf.metadata
         self.tokenizer = Tokenizer.from_gguf_metadata(meta)
         self.chat_template: str | None = meta.get("tokenizer.chat_template")
-        self._pool = BlockPool(n_blocks, kv_block_size)
+        self._engine = Engine(self._model, self.tokenizer, n_ctx, max_batch_tokens=n_batch,
+                              max_running=max_running)
+        self._pool = self._engine.pool
         self.hparams: dict = self._model.hparams
         self.n_vocab: int = self.hparams["n_vocab"]
         self.load_time = time.perf_counter() - t0
@@ -164,61 +172,47 @@ class LLM:
         want = np.arange(len(ids)) if rows is None else np.asarray(sorted(rows), dtype=np.int64)
         if len(want) and (want[0] < 0 or want[-1] >= len(ids)):
             raise ValueError(f"rows must lie in [0, {len(ids)})")
-        table = BlockTable(self._pool)
-        try:
-            return self._eval(table, ids, 0, want)
-        finally:
-            table.free()
+        with self._engine.lock:                # the pool and model are shared with the engine
+            table = BlockTable(self._pool)
+            try:
+                return self._eval(table, ids, 0, want)
+            finally:
+                table.free()
 
-    # ---- generation ----
-    def _steps(self, prompt_ids: list[int], params: SamplingParams, run: _Run) -> Iterator[_Step]:
-        """The generation loop: prefill, then sample / decode one token at a time."""
-        sampler = make_sampler(params, self.n_vocab)
-        for t in prompt_ids:
-            sampler.accept(t)
-        table = BlockTable(self._pool)
-        decoder = StreamDecoder(self.tokenizer)
-        stops = StopMatcher(params.stop or [])
-        eog = self.tokenizer.eot_ids
-        max_new = min(params.max_tokens, self.n_ctx - len(prompt_ids))
+    # ---- generation (through the batching engine) ----
+    def _submit(self, prompt: Prompt, sampling: dict) -> tuple[int, _Run]:
+        """Queue one request in the engine; max_tokens is capped by the context as before."""
+        params = self._params(dict(sampling))
+        run = _Run(self._prompt_ids(prompt), Timings(load_s=self.load_time))
+        run.timings.prompt_tokens = len(run.prompt_ids)
+        params.max_tokens = min(params.max_tokens, self.n_ctx - len(run.prompt_ids))
+        return self._engine.submit(run.prompt_ids, params), run
+
+    def _steps(self, request_id: int, run: _Run) -> Iterator[_Step]:
+        """The request's tokens as the engine produces them. Started at once by `_start`, so that
+        closing it (or dropping it) runs `finally` and aborts the request even before its first
+        token was asked for."""
+        engine = self._engine
         try:
-            t0 = time.perf_counter()
-            logits = self._eval(table, prompt_ids, 0)[0]
-            run.timings.prompt_s = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            pos = len(prompt_ids)
-            while len(run.token_ids) < max_new:
-                tok = int(sampler.sample(logits))
-                sampler.accept(tok)
-                logprob = self._logprob_entry(sampler, tok) if params.logprobs is not None else None
-                if tok in eog:
-                    run.finish_reason = "stop"
-                    break
-                run.token_ids.append(tok)
-                text, stopped = stops.feed(decoder.feed(tok))
+            yield None                              # consumed by _start
+            for out in engine.outputs(request_id):
+                times = out.times
+                run.token_ids += out.token_ids
                 run.timings.generated_tokens = len(run.token_ids)
-                run.timings.generation_s = time.perf_counter() - t0
-                if text or logprob is not None:
-                    yield _Step(tok, text, logprob)
-                if stopped:
-                    run.finish_reason = "stop"
-                    return
-                if len(run.token_ids) >= max_new:
-                    break
-                logits = self._eval(table, [tok], pos)[0]
-                pos += 1
-            tail, _ = stops.feed(decoder.flush())
-            tail += stops.flush()
-            if tail:
-                yield _Step(-1, tail)
+                run.timings.prompt_s = times.ttft or 0.0
+                run.timings.generation_s = time.perf_counter() - (times.first_token or times.submitted)
+                if out.finished:
+                    run.finish_reason = out.finish_reason or "length"
+                if out.text or out.logprobs:
+                    tok = out.token_ids[0] if out.token_ids else -1
+                    yield _Step(tok, out.text, out.logprobs[0] if out.logprobs else None)
         finally:
-            run.timings.generation_s = time.perf_counter() - t0
-            table.free()
+            engine.abort(request_id)                # no-op once finished
 
-    @staticmethod
-    def _logprob_entry(sampler, tok: int) -> dict:
-        lp, top = sampler.last_logprobs()
-        return {"token": tok, "logprob": float(lp), "top": [(int(i), float(p)) for i, p in top]}
+    def _start(self, request_id: int, run: _Run) -> Iterator[_Step]:
+        steps = self._steps(request_id, run)
+        next(steps)
+        return steps
 
     def _params(self, overrides: dict) -> SamplingParams:
         if overrides.get("seed") is None:
@@ -227,23 +221,36 @@ class LLM:
         params.validate()
         return params
 
-    def generate(self, prompt: Prompt, **sampling) -> GenerationResult:
-        """Generate a completion of `prompt` (text, or token ids used as they are).
+    def generate(self, prompt: Prompt | list[Prompt], **sampling):
+        """Generate a completion of `prompt` (text, or token ids used as they are); given a list
+        of prompts, run them concurrently and return a list of results in the same order.
 
         Keyword arguments are `SamplingParams` fields: max_tokens, temperature, top_k, top_p,
         min_p, repeat_penalty, presence_penalty, frequency_penalty, penalty_last_n, logit_bias,
         seed, stop, logprobs.
         """
-        params = self._params(dict(sampling))
-        run = _Run(self._prompt_ids(prompt), Timings(load_s=self.load_time))
-        run.timings.prompt_tokens = len(run.prompt_ids)
+        batch = isinstance(prompt, (list, tuple)) and (not prompt or not isinstance(prompt[0], (int, np.integer)))
+        if not batch:
+            return self._collect(*self._submit(prompt, sampling), sampling)
+        if not prompt:
+            raise ValueError("the list of prompts is empty")
+        submitted = []
+        try:
+            for p in prompt:
+                submitted.append(self._submit(p, sampling))
+            return [self._collect(rid, run, sampling) for rid, run in submitted]
+        finally:
+            for rid, _ in submitted:
+                self._engine.abort(rid)
+
+    def _collect(self, request_id: int, run: _Run, sampling: dict) -> GenerationResult:
         pieces, logprobs = [], []
-        for step in self._steps(run.prompt_ids, params, run):
+        for step in self._start(request_id, run):
             pieces.append(step.text)
             if step.logprob is not None:
                 logprobs.append(step.logprob)
         return GenerationResult("".join(pieces), run.token_ids, run.finish_reason, run.prompt_ids,
-                                run.timings, logprobs if params.logprobs is not None else None)
+                                run.timings, logprobs if sampling.get("logprobs") is not None else None)
 
     def stream(self, prompt: Prompt, **sampling) -> "TextStream":
         """Iterate over the completion's text as it is generated (complete UTF-8 characters only).
@@ -251,10 +258,8 @@ class LLM:
         The returned `TextStream` also carries `.token_ids`, `.finish_reason` and `.timings`;
         `close()` (or dropping it) stops generation and frees its KV blocks.
         """
-        params = self._params(dict(sampling))
-        run = _Run(self._prompt_ids(prompt), Timings(load_s=self.load_time))
-        run.timings.prompt_tokens = len(run.prompt_ids)
-        return TextStream(self._steps(run.prompt_ids, params, run), run)
+        request_id, run = self._submit(prompt, sampling)
+        return TextStream(self._start(request_id, run), run)
 
     @property
     def isa(self) -> str:

@@ -1,0 +1,341 @@
+"""Continuous-batching engine: many requests, one forward call per step, paged KV with prefix reuse.
+
+Requests (prompt ids + `SamplingParams`) are submitted and get an id; each step the scheduler
+(`localllm.scheduler`) builds one batch mixing decode tokens of running sequences with prefill
+chunks of new ones, the model runs it in ONE `forward` call, and every sequence whose chunk
+reached its last token samples its next token from its own logits row. Finished sequences leave
+and waiting ones join at the very next step.
+
+Threading: the engine has no thread of its own. `step()` runs under a lock, and consumers drive
+it: `next_output(id)` steps until that request has an output ready (outputs of every other
+request produced meanwhile are queued for them). So two streams iterated alternately from one
+thread both progress, several consumer threads share one step loop without ever running two
+forwards at once, exceptions surface in the caller, and an idle engine costs nothing. A server
+can equally run its own loop calling `step()` while `has_unfinished()`.
+
+Batch invariance: every sequence's logits come from its own row of a forward whose kernels do
+not depend on the batch's shape, its sampler is its own (own seed, own penalty history), and a
+preempted sequence resumes from exactly its tokens: so a request's output does not depend on
+what else runs beside it.
+"""
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Optional, Sequence as Seq
+
+import numpy as np
+
+from .kv_blocks import NULL_BLOCK, BlockPool, BlockTable
+from .sampling import SamplingParams, StopMatcher, make_sampler
+from .scheduler import Schedule, Scheduler, Sequence
+from .tokenizer import StreamDecoder
+
+__all__ = ["Engine", "EngineStats", "RequestOutput", "RequestTimes", "kv_bytes_per_token"]
+
+
+def kv_bytes_per_token(metadata: dict) -> int:
+    """KV cache bytes one token takes (K and V in F16, every layer), from GGUF metadata; used
+    to turn a memory size into a number of blocks before the model is loaded."""
+    arch = metadata["general.architecture"]
+    n_head = int(metadata[f"{arch}.attention.head_count"])
+    n_head_kv = int(metadata.get(f"{arch}.attention.head_count_kv", n_head))
+    head_dim = int(metadata.get(f"{arch}.attention.key_length",
+                                int(metadata[f"{arch}.embedding_length"]) // n_head))
+    return int(metadata[f"{arch}.block_count"]) * 2 * n_head_kv * head_dim * 2
+
+
+@dataclass
+class RequestTimes:
+    """Wall-clock moments of one request (time.perf_counter())."""
+    submitted: float = 0.0
+    first_token: Optional[float] = None
+    finished: Optional[float] = None
+
+    @property
+    def ttft(self) -> Optional[float]:
+        """Time to first token (queueing + prefill), seconds."""
+        return None if self.first_token is None else self.first_token - self.submitted
+
+
+@dataclass
+class RequestOutput:
+    """What one step produced for one request."""
+    request_id: int
+    token_ids: list[int]                  # tokens appended to the output in this step
+    text: str                             # text completed in this step (whole UTF-8 characters)
+    logprobs: list[dict] = field(default_factory=list)
+    finished: bool = False
+    finish_reason: Optional[str] = None   # "stop" (end of generation / stop string), "length", "abort"
+    logits: Optional[np.ndarray] = None   # [n_vocab] the row this step sampled from (keep_logits)
+    times: Optional[RequestTimes] = None  # the request's timings so far (shared, kept up to date)
+
+
+@dataclass
+class EngineStats:
+    """Counters since the engine was built."""
+    steps: int = 0
+    tokens_computed: int = 0      # tokens fed to the model (prefill + recompute + decode)
+    decode_tokens: int = 0        # ... of which single next tokens of running sequences
+    max_batch_tokens_seen: int = 0
+    max_running_seen: int = 0
+    preemptions: int = 0
+    finished: int = 0
+    aborted: int = 0
+
+
+@dataclass(eq=False)
+class _Request:
+    """Per-request generation state, hung on its Sequence's payload."""
+    request_id: int
+    params: SamplingParams
+    max_new: int
+    sampler: Any
+    decoder: StreamDecoder
+    stops: StopMatcher
+    times: RequestTimes
+    keep_logits: bool = False
+    outputs: deque = field(default_factory=deque)
+    finish_reason: Optional[str] = None
+
+
+class Engine:
+    """Continuous batching over one `_core.Model` and its paged KV cache.
+
+    Args:
+        model: the `_core.Model` (its KV cache has `kv_blocks` blocks of `kv_block_size`).
+        tokenizer: turns output tokens into text (stop strings need it) and knows the EOG ids.
+        n_ctx: longest sequence (prompt + generated tokens) a request may reach.
+        max_batch_tokens: token budget of one forward call (chunked prefill beyond it).
+        max_running: most sequences decoding at once.
+    """
+
+    def __init__(self, model, tokenizer, n_ctx: int, max_batch_tokens: int = 512, max_running: int = 16):
+        if n_ctx < 1:
+            raise ValueError(f"n_ctx must be >= 1, got {n_ctx}")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.n_ctx = n_ctx
+        self.n_vocab: int = model.hparams["n_vocab"]
+        self.pool = BlockPool(model.kv_blocks, model.kv_block_size)
+        self.scheduler = Scheduler(self.pool, max_batch_tokens, max(1, min(max_running, max_batch_tokens)),
+                                   model.copy_block)
+        self.stats = EngineStats()
+        self.lock = threading.RLock()             # guards everything below and the model
+        self._seqs: dict[int, Sequence] = {}      # unfinished or not yet drained
+        self._next_id = 0                         # ids are issued in submission order
+        self._eog = frozenset(tokenizer.eot_ids)
+        self._stepping_thread: Optional[int] = None   # set while a step runs
+        self._deferred_aborts: list[int] = []
+
+    # ---- requests ----
+    def check_request(self, prompt_ids: Seq[int], max_tokens: int) -> None:
+        """Raise ValueError for a request that can never run (bad ids, or too long to fit)."""
+        if len(prompt_ids) == 0:
+            raise ValueError("the prompt is empty (no tokens)")
+        bad = [t for t in prompt_ids if not 0 <= t < self.n_vocab]
+        if bad:
+            raise ValueError(f"token ids out of range [0, {self.n_vocab}): {bad[:5]}")
+        if max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+        total = len(prompt_ids) + max_tokens
+        if total > self.n_ctx:
+            raise ValueError(f"prompt ({len(prompt_ids)} tokens) + max_tokens ({max_tokens}) = {total} "
+                             f"exceeds the context (n_ctx={self.n_ctx})")
+        # The last generated token is never fed back, so total - 1 positions need a slot.
+        blocks = -(-(total - 1) // self.pool.block_size)
+        if blocks > self.pool.capacity:
+            raise ValueError(f"prompt ({len(prompt_ids)} tokens) + max_tokens ({max_tokens}) needs "
+                             f"{blocks} KV blocks, the pool has {self.pool.capacity} "
+                             f"({self.pool.capacity * self.pool.block_size} tokens): raise kv_blocks")
+
+    def submit(self, prompt_ids: Seq[int], params: SamplingParams, keep_logits: bool = False) -> int:
+        """Queue a request; returns its id. Raises ValueError if it can never fit.
+
+        keep_logits: each output carries a copy of the logits row its token was sampled from.
+        """
+        prompt_ids = [int(t) for t in prompt_ids]
+        self.check_request(prompt_ids, params.max_tokens)
+        sampler = make_sampler(params, self.n_vocab)
+        for t in prompt_ids:
+            sampler.accept(t)
+        with self.lock:
+            rid = self._next_id
+            req = _Request(rid, params, params.max_tokens, sampler, StreamDecoder(self.tokenizer),
+                           StopMatcher(params.stop or []), RequestTimes(submitted=time.perf_counter()),
+                           keep_logits)
+            seq = Sequence(rid, list(prompt_ids), len(prompt_ids), BlockTable(self.pool), arrival=rid,
+                           payload=req)
+            self._seqs[rid] = seq
+            self._next_id = rid + 1
+            self.scheduler.add(seq)
+        return rid
+
+    def abort(self, request_id: int) -> bool:
+        """Stop a request and free its KV blocks now; False when it had already finished.
+
+        Called from inside a step of the same thread (a finalizer run by the garbage collector
+        mid-step), the abort is carried out as soon as that step ends instead.
+        """
+        with self.lock:
+            if self._stepping_thread == threading.get_ident():
+                self._deferred_aborts.append(request_id)
+                return True
+            return self._abort_now(request_id)
+
+    def _abort_now(self, request_id: int) -> bool:
+        with self.lock:
+            seq = self._seqs.pop(request_id, None)
+            if seq is None or seq.payload.finish_reason is not None:
+                return False
+            self.scheduler.remove(seq)
+            seq.payload.finish_reason = "abort"
+            seq.payload.times.finished = time.perf_counter()
+            self.stats.aborted += 1
+            return True
+
+    def has_unfinished(self) -> bool:
+        with self.lock:
+            return self.scheduler.has_work
+
+    def sequence(self, request_id: int) -> Optional[Sequence]:
+        """The live sequence of a request (None once finished and drained, or aborted)."""
+        with self.lock:
+            return self._seqs.get(request_id)
+
+    # ---- consuming outputs ----
+    def next_output(self, request_id: int) -> Optional[RequestOutput]:
+        """The request's next output, stepping the engine until there is one; None after the
+        last one was returned (or after abort)."""
+        with self.lock:
+            seq = self._seqs.get(request_id)
+            if seq is None:
+                if not 0 <= request_id < self._next_id:
+                    raise ValueError(f"unknown request id {request_id}")
+                return None
+            req: _Request = seq.payload
+            while not req.outputs:
+                if not self.step():
+                    raise RuntimeError(f"engine stalled: request {request_id} cannot be scheduled")
+            out = req.outputs.popleft()
+            out.times = req.times
+            if out.finished:
+                del self._seqs[request_id]
+            return out
+
+    def outputs(self, request_id: int) -> Iterator[RequestOutput]:
+        """Iterate a request's outputs until it finishes."""
+        while (out := self.next_output(request_id)) is not None:
+            yield out
+
+    def times(self, request_id: int) -> RequestTimes:
+        with self.lock:
+            seq = self._seqs.get(request_id)
+            if seq is None:
+                raise ValueError(f"request {request_id} is finished and drained (or unknown)")
+            return seq.payload.times
+
+    # ---- one step ----
+    def step(self) -> bool:
+        """Run one batch; False when there was nothing to run."""
+        with self.lock:
+            self._stepping_thread = threading.get_ident()
+            try:
+                return self._step()
+            finally:
+                self._stepping_thread = None
+                while self._deferred_aborts:
+                    self._abort_now(self._deferred_aborts.pop())
+
+    def _step(self) -> bool:
+        with self.lock:
+            schedule = self.scheduler.schedule()
+            self.stats.preemptions += len(schedule.preempted)
+            if not schedule.chunks:
+                return False
+            tokens, positions, seq_of_token, tables, rows = self._batch_arrays(schedule)
+            logits = self.model.forward(tokens, positions, seq_of_token, tables, rows)  # [n_rows, n_vocab]
+            self.scheduler.commit(schedule)
+            self._count(schedule, len(tokens))
+            sampled = [c.seq for c in schedule.chunks if c.wants_logits]
+            for seq, row in zip(sampled, logits):
+                self._on_logits(seq, row)
+            return True
+
+    def _batch_arrays(self, schedule: Schedule):
+        """The flat arrays of one forward call; each sequence's tokens are contiguous."""
+        chunks = schedule.chunks
+        n = [c.n_tokens for c in chunks]
+        tokens = np.fromiter(itertools.chain.from_iterable(c.seq.tokens[c.start:c.start + c.n_tokens]
+                                                           for c in chunks), np.int32, sum(n))  # [T]
+        positions = np.concatenate([np.arange(c.start, c.start + c.n_tokens, dtype=np.int32) for c in chunks])
+        seq_of_token = np.repeat(np.arange(len(chunks), dtype=np.int32), n)                     # [T]
+        width = max(len(c.seq.table.blocks) for c in chunks)
+        tables = np.full((len(chunks), width), NULL_BLOCK, np.int32)                            # [S, width]
+        for i, c in enumerate(chunks):
+            tables[i, :len(c.seq.table.blocks)] = c.seq.table.blocks
+        ends = np.cumsum(n) - 1
+        rows = np.asarray([ends[i] for i, c in enumerate(chunks) if c.wants_logits], np.int32)  # [n_out]
+        return tokens, positions, seq_of_token, tables, rows
+
+    def _count(self, schedule: Schedule, n_tokens: int) -> None:
+        s = self.stats
+        s.steps += 1
+        s.tokens_computed += n_tokens
+        s.decode_tokens += sum(1 for c in schedule.chunks if c.n_tokens == 1 and c.start >= c.seq.n_prompt)
+        s.max_batch_tokens_seen = max(s.max_batch_tokens_seen, n_tokens)
+        s.max_running_seen = max(s.max_running_seen, len(self.scheduler.running))
+
+    def _on_logits(self, seq: Sequence, logits: np.ndarray) -> None:
+        """Sample the sequence's next token from its logits row [n_vocab]; emit, maybe finish."""
+        req: _Request = seq.payload
+        tok = int(req.sampler.sample(logits))
+        req.sampler.accept(tok)
+        now = time.perf_counter()
+        if req.times.first_token is None:
+            req.times.first_token = now
+        kept = logits.copy() if req.keep_logits else None
+        if tok in self._eog:
+            self._finish(seq, "stop", RequestOutput(req.request_id, [], "", logits=kept))
+            return
+        seq.tokens.append(tok)
+        out = RequestOutput(req.request_id, [tok], "", logits=kept)
+        if req.params.logprobs is not None:
+            lp, top = req.sampler.last_logprobs()
+            out.logprobs.append({"token": tok, "logprob": float(lp),
+                                 "top": [(int(i), float(p)) for i, p in top]})
+        out.text, stopped = req.stops.feed(req.decoder.feed(tok))
+        if stopped:
+            self._finish(seq, "stop", out, flush=False)
+        elif seq.n_generated >= req.max_new:
+            self._finish(seq, "length", out)
+        else:
+            req.outputs.append(out)
+
+    def _finish(self, seq: Sequence, reason: str, out: RequestOutput, flush: bool = True) -> None:
+        req: _Request = seq.payload
+        if flush:   # text held back (incomplete UTF-8, a possible stop-string start) is final now
+            tail, _ = req.stops.feed(req.decoder.flush())
+            out.text += tail + req.stops.flush()
+        out.finished, out.finish_reason = True, reason
+        req.finish_reason = reason
+        req.times.finished = time.perf_counter()
+        req.outputs.append(out)
+        self.scheduler.remove(seq)
+        self.stats.finished += 1
+
+    # ---- introspection ----
+    def pool_state(self) -> dict:
+        """Block pool usage and prefix-cache counters, for monitoring and tests."""
+        with self.lock:
+            p, c = self.pool, self.pool.stats
+            block_bytes = self.model.kv_bytes // self.model.kv_blocks
+            return {"blocks": p.capacity, "used": p.num_used, "free": p.num_free, "cached": p.num_cached,
+                    "evictable": p.num_evictable, "peak_used": p.peak_used, "block_bytes": block_bytes,
+                    "peak_kv_bytes": p.peak_used * block_bytes, "query_blocks": c.query_blocks,
+                    "hit_blocks": c.hit_blocks, "query_tokens": c.query_tokens, "hit_tokens": c.hit_tokens,
+                    "evictions": c.evictions, "running": len(self.scheduler.running),
+                    "waiting": len(self.scheduler.waiting)}
