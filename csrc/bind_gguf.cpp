@@ -153,6 +153,37 @@ void register_tensor_class(py::module_& m) {
         });
 }
 
+
+// The C++ typed getters, same semantics: without a default a missing key raises GGUFError.
+template <class T, class Getter, class GetterDefault>
+void bind_getter(py::class_<PyGGUFFile>& cls, const char* name, Getter get, GetterDefault get_or) {
+    cls.def(name, [get, get_or](const PyGGUFFile& s, const std::string& key, py::object dflt) {
+        if (dflt.is_none()) return (s.file.get()->*get)(key);
+        return (s.file.get()->*get_or)(key, dflt.cast<T>());
+    }, py::arg("key"), py::arg("default") = py::none());
+}
+
+void bind_typed_getters(py::class_<PyGGUFFile>& cls) {
+    using F = lll::GGUFFile;
+    bind_getter<std::string>(cls, "get_string",
+                             static_cast<std::string (F::*)(const std::string&) const>(&F::get_string),
+                             static_cast<std::string (F::*)(const std::string&, const std::string&) const>(&F::get_string));
+    bind_getter<uint32_t>(cls, "get_u32", static_cast<uint32_t (F::*)(const std::string&) const>(&F::get_u32),
+                          static_cast<uint32_t (F::*)(const std::string&, uint32_t) const>(&F::get_u32));
+    bind_getter<uint64_t>(cls, "get_u64", static_cast<uint64_t (F::*)(const std::string&) const>(&F::get_u64),
+                          static_cast<uint64_t (F::*)(const std::string&, uint64_t) const>(&F::get_u64));
+    bind_getter<float>(cls, "get_f32", static_cast<float (F::*)(const std::string&) const>(&F::get_f32),
+                       static_cast<float (F::*)(const std::string&, float) const>(&F::get_f32));
+    cls.def("get_bool", [](const PyGGUFFile& s, const std::string& key, bool dflt) {
+        return s.file->get_bool(key, dflt); }, py::arg("key"), py::arg("default"));
+    cls.def("get_f32_array", [](const PyGGUFFile& s, const std::string& key) {
+        return s.file->get_f32_array(key); }, py::arg("key"));
+    cls.def("get_i32_array", [](const PyGGUFFile& s, const std::string& key) {
+        return s.file->get_i32_array(key); }, py::arg("key"));
+    cls.def("get_string_array", [](const PyGGUFFile& s, const std::string& key) {
+        return s.file->get_string_array(key); }, py::arg("key"));
+}
+
 }  // namespace
 
 void register_gguf(py::module_& m) {
@@ -163,18 +194,19 @@ void register_gguf(py::module_& m) {
             if (p) std::rethrow_exception(p);
         } catch (const lll::GGUFOpenError& e) {
             const int err = e.code().value();
-            py::object exc = py::handle(PyExc_OSError)(err, std::string(strerror(err)), e.path());
+            const std::string reason = e.reason().empty() ? strerror(err) : e.reason();
+            py::object exc = py::handle(PyExc_OSError)(err, reason, e.path());
             PyErr_SetObject(PyExc_OSError, exc.ptr());
         }
     });
     register_tensor_class(m);
 
-    py::class_<PyGGUFFile>(m, "GGUFFile",
+    py::class_<PyGGUFFile> cls(m, "GGUFFile",
                            "A validated, memory-mapped GGUF file (v2/v3). Raises GGUFError on any\n"
                            "malformed content and OSError (FileNotFoundError, ...) when it cannot be\n"
-                           "opened. Numeric metadata arrays come back as numpy arrays.")
-        .def(py::init([](const py::object& path) {
-                 std::string p = py::str(py::module_::import("os").attr("fspath")(path));
+                           "opened. Numeric metadata arrays come back as numpy arrays.");
+    cls.def(py::init([](const py::object& path) {
+                 std::string p = py::str(py::module_::import("os").attr("fsdecode")(path));
                  return PyGGUFFile{lll::GGUFFile::open(p), py::none()};
              }),
              py::arg("path"))
@@ -197,7 +229,13 @@ void register_gguf(py::module_& m) {
             for (const auto& kv : s.file->metadata()) keys.append(decode_utf8(kv.key));
             return keys;
         })
-        .def_property_readonly("tensors", [](const PyGGUFFile& s) { return s.file->tensors(); },
+        .def("value_type", [](const PyGGUFFile& s, const std::string& key) {
+            const GGUFValue* v = s.file->find(key);
+            if (!v) throw py::key_error("no metadata key '" + key + "'");
+            return v->type_string();
+        }, py::arg("key"), "GGUF type of a value: 'UINT32', 'STRING', 'ARRAY[FLOAT32]', ...");
+    bind_typed_getters(cls);
+    cls.def_property_readonly("tensors", [](const PyGGUFFile& s) { return s.file->tensors(); },
                                "list of GGUFTensor in file order")
         .def("tensor", [](const PyGGUFFile& s, const std::string& name) { return s.tensor(name); },
              py::arg("name"), "the GGUFTensor named name (KeyError if absent)")

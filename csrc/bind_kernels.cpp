@@ -1,4 +1,216 @@
-// bind_kernels.cpp — Python bindings for this area (filled in by the area's owner).
+// bind_kernels.cpp — Python bindings for the kernels: ISA levels, activation quantization,
+// single dot products, matmul, and two measurement helpers for benchmarks/matvec.py
+// (streaming read bandwidth, thread-pool dispatch latency).
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+
+#include "matmul.h"
+#include "quants.h"
+#include "quants/dot_impl.h"
+#include "threadpool.h"
+
 namespace py = pybind11;
-void register_kernels(py::module_& m) { (void)m; }
+using lll::GGMLType;
+using lll::Isa;
+
+namespace {
+
+using F32Array = py::array_t<float, py::array::c_style | py::array::forcecast>;
+using U8Array = py::array_t<uint8_t, py::array::c_style | py::array::forcecast>;
+
+// A pool per thread count, shared by every call from Python; `busy` serializes run() on it
+// because the GIL is released while kernels run.
+struct SharedPool {
+    explicit SharedPool(int n) : pool(n) {}
+    lll::ThreadPool pool;
+    std::mutex busy;
+};
+
+SharedPool& shared_pool(int n_threads) {
+    if (n_threads < 1 || n_threads > 256)
+        throw std::invalid_argument("n_threads must be in 1..256, got " + std::to_string(n_threads));
+    static std::mutex mu;
+    static std::map<int, std::unique_ptr<SharedPool>> pools;
+    std::lock_guard<std::mutex> lock(mu);
+    auto& slot = pools[n_threads];
+    if (!slot) slot.reset(new SharedPool(n_threads));
+    return *slot;
+}
+
+Isa isa_from_int(int isa, bool allow_best) {
+    if (allow_best && isa == -1) return lll::best_isa();
+    if (isa < 0 || isa > 2) throw std::invalid_argument("isa must be 0 (scalar), 1 (avx2) or 2 (avx512), got " + std::to_string(isa));
+    const Isa level = static_cast<Isa>(isa);
+    if (!lll::isa_available(level))
+        throw std::invalid_argument(std::string("ISA level ") + lll::isa_name(level) + " is not available on this CPU/build");
+    return level;
+}
+
+const lll::TypeTraits& traits_from_int(int type) {
+    const lll::TypeTraits* tt = type >= 0 ? lll::type_traits((uint32_t)type) : nullptr;
+    if (!tt) throw std::invalid_argument("unknown ggml type id " + std::to_string(type));
+    return *tt;
+}
+
+// Bytes of one row of n elements of this type; n must be a positive multiple of the block size.
+int64_t row_bytes(const lll::TypeTraits& tt, int64_t n) {
+    if (n <= 0 || n % tt.block_elems != 0)
+        throw std::invalid_argument(std::string("n = ") + std::to_string(n) + " is not a positive multiple of the " +
+                                    tt.name + " block size " + std::to_string(tt.block_elems));
+    return n / tt.block_elems * tt.block_bytes;
+}
+
+U8Array raw_bytes(const py::array& a, const char* what) {
+    if (a.dtype().kind() != 'u' || a.itemsize() != 1)
+        throw std::invalid_argument(std::string(what) + " must be a uint8 array of raw block bytes");
+    return U8Array::ensure(a);
+}
+
+py::array_t<uint8_t> quantize_act_py(const F32Array& x, int vec_dot_type, int isa) {
+    const lll::TypeTraits& tt = traits_from_int(vec_dot_type);
+    const Isa level = isa_from_int(isa, true);
+    if (x.ndim() != 1) throw std::invalid_argument("quantize_act: x must be 1-D");
+    const int64_t n = x.shape(0);
+    py::array_t<uint8_t> out(row_bytes(tt, n));
+    lll::quantize_act_row(static_cast<GGMLType>(vec_dot_type), x.data(), out.mutable_data(), n, level);
+    return out;
+}
+
+float vec_dot_py(int wtype, const py::array& w, const py::array& x, int64_t n, int isa) {
+    const lll::TypeTraits& wt = traits_from_int(wtype);
+    const Isa level = isa_from_int(isa, true);
+    lll::VecDotFn fn = lll::vec_dot_fn(static_cast<GGMLType>(wtype), level);
+    if (!fn) throw std::invalid_argument(std::string("no dot product for weight type ") + wt.name);
+    const U8Array wb = raw_bytes(w, "w_row_bytes"), xb = raw_bytes(x, "x_act_bytes");
+    const int64_t wrb = row_bytes(wt, n), xrb = row_bytes(*lll::type_traits(wt.vec_dot_type), n);
+    if (wb.size() != wrb)
+        throw std::invalid_argument("w_row_bytes has " + std::to_string(wb.size()) + " bytes, expected " + std::to_string(wrb));
+    if (xb.size() != xrb)
+        throw std::invalid_argument("x_act_bytes has " + std::to_string(xb.size()) + " bytes, expected " + std::to_string(xrb));
+    return fn(n, wb.data(), xb.data());
+}
+
+py::array_t<float> matmul_py(const py::array& w, int wtype, int64_t N, int64_t K, const F32Array& x,
+                             int n_threads, int isa) {
+    const lll::TypeTraits& wt = traits_from_int(wtype);
+    const Isa level = isa_from_int(isa, true);
+    if (!lll::vec_dot_fn(static_cast<GGMLType>(wtype), level))
+        throw std::invalid_argument(std::string("matmul: no dot product for weight type ") + wt.name);
+    if (N <= 0) throw std::invalid_argument("matmul: N must be > 0");
+    const U8Array wb = raw_bytes(w, "w");
+    const int64_t wrb = row_bytes(wt, K);
+    if (wb.size() != N * wrb)
+        throw std::invalid_argument("matmul: w has " + std::to_string(wb.size()) + " bytes, expected N * row_bytes = " +
+                                    std::to_string(N) + " * " + std::to_string(wrb));
+    if (x.ndim() != 2 || x.shape(1) != K)
+        throw std::invalid_argument("matmul: x must have shape [M, K] with K = " + std::to_string(K));
+    const int64_t M = x.shape(0);
+    SharedPool& sp = shared_pool(n_threads);
+    py::array_t<float> y({M, N});
+    float* yp = y.mutable_data();
+    {
+        py::gil_scoped_release nogil;
+        std::lock_guard<std::mutex> lock(sp.busy);
+        lll::matmul(sp.pool, static_cast<GGMLType>(wtype), wb.data(), N, K, x.data(), M, yp, level);
+    }
+    return y;
+}
+
+// Streaming read bandwidth (GB/s, best of `reps`) of n_threads threads summing a buffer.
+double read_bandwidth_py(int64_t nbytes, int n_threads, int reps) {
+    if (nbytes < (1 << 20)) throw std::invalid_argument("read_bandwidth: nbytes must be >= 1 MiB");
+    if (reps < 1) throw std::invalid_argument("read_bandwidth: reps must be >= 1");
+    SharedPool& sp = shared_pool(n_threads);
+    const int64_t n = nbytes / 64 * 8;   // uint64 words, a whole number of cache lines
+    std::unique_ptr<uint64_t, decltype(&free)> buf((uint64_t*)aligned_alloc(64, n * 8), &free);
+    if (!buf) throw std::runtime_error("read_bandwidth: out of memory");
+    uint64_t* p = buf.get();
+    double best = 0.0;
+    uint64_t sink = 0;
+    py::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> lock(sp.busy);
+    auto part = [&](int ith, int nth, int64_t* lo, int64_t* hi) {
+        *lo = n / nth * ith / 8 * 8;
+        *hi = ith == nth - 1 ? n : n / nth * (ith + 1) / 8 * 8;
+    };
+    sp.pool.run([&](int ith, int nth) {   // first touch by the thread that will read it
+        int64_t lo, hi;
+        part(ith, nth, &lo, &hi);
+        for (int64_t i = lo; i < hi; ++i) p[i] = (uint64_t)i;
+    });
+    std::vector<uint64_t> sums(n_threads * 8);
+    for (int r = 0; r < reps; ++r) {
+        const auto t0 = std::chrono::steady_clock::now();
+        sp.pool.run([&](int ith, int nth) {
+            int64_t lo, hi;
+            part(ith, nth, &lo, &hi);
+            uint64_t a[8] = {0, 0, 0, 0, 0, 0, 0, 0};   // 8 lanes: vectorizes to wide loads
+            for (int64_t i = lo; i < hi; i += 8)
+                for (int j = 0; j < 8; ++j) a[j] += p[i + j];
+            sums[ith * 8] = a[0] + a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7];
+        });
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        for (int t = 0; t < n_threads; ++t) sink += sums[t * 8];
+        best = std::max(best, (double)(n * 8) / s / 1e9);
+    }
+    if (sink == 42) best += 0.0;   // keeps the sums alive
+    return best;
+}
+
+// Mean wall time (ns) of ThreadPool::run with an empty job, after `iters` warm-up calls.
+double dispatch_latency_ns_py(int n_threads, int iters) {
+    if (iters < 1) throw std::invalid_argument("iters must be >= 1");
+    SharedPool& sp = shared_pool(n_threads);
+    py::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> lock(sp.busy);
+    std::atomic<int> touched{0};
+    auto job = [&](int, int) { touched.fetch_add(1, std::memory_order_relaxed); };
+    for (int i = 0; i < iters; ++i) sp.pool.run(job);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < iters; ++i) sp.pool.run(job);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (touched.load() != 2 * iters * n_threads) throw std::runtime_error("thread pool lost a job");
+    return s / iters * 1e9;
+}
+
+}  // namespace
+
+void register_kernels(py::module_& m) {
+    m.def("best_isa", [] { return static_cast<int>(lll::best_isa()); },
+          "Fastest kernel level compiled in and supported here: 0 scalar, 1 avx2, 2 avx512.");
+    m.def("isa_available", [](int isa) {
+        return isa >= 0 && isa <= 2 && lll::isa_available(static_cast<Isa>(isa));
+    }, py::arg("isa"), "Whether kernel level `isa` is compiled in and supported by this CPU.");
+    m.def("isa_name", [](int isa) {
+        if (isa < 0 || isa > 2) throw std::invalid_argument("isa must be 0, 1 or 2");
+        return std::string(lll::isa_name(static_cast<Isa>(isa)));
+    }, py::arg("isa"));
+    m.def("vec_dot_isa", [](int wtype, int isa) {
+        traits_from_int(wtype);
+        const lll::kern::KernelSet* ks = lll::kern::find_kernels(static_cast<GGMLType>(wtype), isa_from_int(isa, true));
+        if (!ks) throw std::invalid_argument("no dot product for this weight type");
+        return static_cast<int>(ks->isa);
+    }, py::arg("wtype"), py::arg("isa"),
+          "Level whose kernel vec_dot/matmul actually use for wtype when asked for `isa` (lower when the type falls back).");
+    m.def("quantize_act", &quantize_act_py, py::arg("x"), py::arg("vec_dot_type"), py::arg("isa") = -1,
+          "Quantize one f32 activation row to vec_dot_type (Q8_0, Q8_1, Q8_K, F16, BF16, F32) as ggml's x86 CPU backend does; raw bytes.");
+    m.def("vec_dot", &vec_dot_py, py::arg("wtype"), py::arg("w_row_bytes"), py::arg("x_act_bytes"), py::arg("n"),
+          py::arg("isa") = -1, "Dot product of one weight row (raw bytes) with one activation row in the weight's vec_dot_type.");
+    m.def("matmul", &matmul_py, py::arg("w"), py::arg("wtype"), py::arg("N"), py::arg("K"), py::arg("x"),
+          py::arg("n_threads") = 2, py::arg("isa") = -1,
+          "Y[M, N] = X[M, K] . W[N, K]^T with W raw blocks [N, row_bytes]; activations quantized to the weight's vec_dot_type.");
+    m.def("read_bandwidth", &read_bandwidth_py, py::arg("nbytes"), py::arg("n_threads") = 2, py::arg("reps") = 3,
+          "Streaming read bandwidth in GB/s (best of reps) over an nbytes buffer with n_threads threads.");
+    m.def("threadpool_dispatch_ns", &dispatch_latency_ns_py, py::arg("n_threads") = 2, py::arg("iters") = 2000,
+          "Mean nanoseconds per ThreadPool::run of an empty job.");
+}

@@ -93,9 +93,10 @@ class Cursor {
 // before any container is sized from a count read out of the file.
 void require_room(uint64_t count, uint64_t min_bytes, uint64_t remaining, const std::string& what) {
     uint64_t need;
-    if (__builtin_mul_overflow(count, min_bytes, &need) || need > remaining)
+    const bool overflow = __builtin_mul_overflow(count, min_bytes, &need);
+    if (overflow || need > remaining)
         throw GGUFError(what + "=" + u64s(count) + " is impossible: it needs at least " +
-                        (need >= count ? u64s(need) : std::string("2^64+")) + " bytes but only " +
+                        (overflow ? std::string("2^64+") : u64s(need)) + " bytes but only " +
                         u64s(remaining) + " remain in the file");
 }
 
@@ -182,10 +183,15 @@ void map_file(const std::string& path, Mapping* m) {
         throw GGUFOpenError(err, path, "gguf: cannot open '" + path + "'");
     }
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        const int err = S_ISDIR(st.st_mode) ? EISDIR : (errno ? errno : EINVAL);
+    if (fstat(fd, &st) != 0) {
+        const int err = errno;
         ::close(fd);
-        throw GGUFOpenError(err, path, "gguf: '" + path + "' is not a regular file");
+        throw GGUFOpenError(err, path, "gguf: cannot stat '" + path + "'");
+    }
+    if (!S_ISREG(st.st_mode)) {   // a directory, FIFO or device has no fixed size to map
+        ::close(fd);
+        throw GGUFOpenError(S_ISDIR(st.st_mode) ? EISDIR : EINVAL, path,
+                            "gguf: '" + path + "' is not a regular file", "not a regular file");
     }
     m->size = static_cast<size_t>(st.st_size);
     if (m->size > 0) {   // mmap rejects length 0; an empty file fails the magic check instead
@@ -404,7 +410,13 @@ std::shared_ptr<GGUFFile> GGUFFile::open(const std::string& path) {
     f->base_ = m.base;
     f->size_ = m.size;
     m.base = nullptr;   // the GGUFFile owns the mapping from here on
-    GGUFParser(*f).parse();
+    try {
+        GGUFParser(*f).parse();
+    } catch (const GGUFError& e) {   // name the file: "gguf: PATH: header: bad magic ..."
+        std::string_view msg = e.what();
+        if (msg.substr(0, 6) == "gguf: ") msg.remove_prefix(6);
+        throw GGUFError("gguf: " + path + ": " + std::string(msg));
+    }
     return f;
 }
 

@@ -41,15 +41,18 @@
 namespace lll {
 
 // The file could not be opened or mapped at all (missing, unreadable, not a regular file).
-// Not a format error: code() carries the errno, path() the file.
+// Not a format error: code() carries the errno, path() the file, reason() a short cause
+// ("not a regular file"; empty when the errno's own text says it all).
 class GGUFOpenError : public std::system_error {
   public:
-    GGUFOpenError(int err, const std::string& path, const std::string& what)
-        : std::system_error(err, std::generic_category(), what), path_(path) {}
+    GGUFOpenError(int err, const std::string& path, const std::string& what, const std::string& reason = "")
+        : std::system_error(err, std::generic_category(), what), path_(path), reason_(reason) {}
     const std::string& path() const { return path_; }
+    const std::string& reason() const { return reason_; }
 
   private:
     std::string path_;
+    std::string reason_;
 };
 
 constexpr uint32_t kGGUFDefaultAlignment = 32;

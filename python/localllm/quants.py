@@ -101,7 +101,7 @@ def quantize(array: Any, qtype: int) -> np.ndarray:
     Each row (the last dimension, a multiple of the block size) is quantized independently,
     bit-exact with ggml's reference quantizer. Non-float32 input is converted to float32 first.
     """
-    x = np.ascontiguousarray(np.asarray(array, dtype=np.float32))
-    if x.ndim == 0:
+    x = np.asarray(array, dtype=np.float32)
+    if x.ndim == 0:   # checked first: ascontiguousarray would turn a scalar into shape (1,)
         raise ValueError("quantize needs an array with at least one dimension")
-    return _core.quantize(x, int(qtype))
+    return _core.quantize(np.ascontiguousarray(x), int(qtype))

@@ -27,7 +27,7 @@ __all__ = ["Tokenizer", "StreamDecoder", "TokenAttr"]
 _SPACE_ESCAPE = "\u2581"  # SentencePiece's visible space
 _C_SPACES = " \t\n\v\f\r"  # what C's isspace() accepts (llama.cpp's lstrip/rstrip)
 _RENDERED_SPECIAL = TokenAttr.CONTROL | TokenAttr.UNKNOWN
-Fragment = Union[int, "tuple[int, int]"]  # a token id, or a (start, end) range of raw text
+Fragment = Union[int, tuple[int, int]]  # a token id, or a (start, end) range of raw text
 
 
 class Tokenizer:
@@ -42,6 +42,7 @@ class Tokenizer:
         self._tokens = vocab.tokens
         self._attrs = vocab.attrs
         self._piece_cache: dict[int, bytes] = {}
+        self._candidates: dict[bool, list[tuple[int, str, int]]] = {}
         self._byte_ids: list[int | None] | None = None
         self._spm: SpmEncoder | None = None
         self._bpe: BpeMerger | None = None
@@ -186,12 +187,7 @@ class Tokenizer:
     def _partition(self, text: str, parse_special: bool) -> list[Fragment]:
         """llama.cpp's tokenizer_st_partition: cut special-token texts out, longest first."""
         fragments: list[Fragment] = [(0, len(text))]
-        skip = _RENDERED_SPECIAL if not parse_special else TokenAttr.UNDEFINED
-        for tid in self._v.special_cache:
-            attr = self._attrs[tid]
-            if attr & skip:
-                continue
-            token = self._tokens[tid]
+        for tid, token, attr in self._special_candidates(parse_special):
             if token not in text:
                 continue
             refined: list[Fragment] = []
@@ -202,6 +198,16 @@ class Tokenizer:
                     self._split_fragment(text, frag, tid, token, attr, refined)
             fragments = refined
         return fragments
+
+    def _special_candidates(self, parse_special: bool) -> list[tuple[int, str, int]]:
+        """(id, text, attr) of the tokens _partition looks for, longest text first."""
+        cached = self._candidates.get(parse_special)
+        if cached is None:
+            skip = 0 if parse_special else int(_RENDERED_SPECIAL)
+            cached = [(tid, self._tokens[tid], self._attrs[tid])
+                      for tid in self._v.special_cache if not self._attrs[tid] & skip]
+            self._candidates[parse_special] = cached
+        return cached
 
     @staticmethod
     def _split_fragment(text: str, frag: tuple[int, int], tid: int, token: str, attr: int,
@@ -311,8 +317,8 @@ def _byte_level_decode(text: str) -> bytes:
         if byte is not None:
             out.append(byte)
         else:
-            utf8 = ch.encode("utf-8", "surrogatepass")
-            out += b"[UNK_BYTE_0x" + utf8.hex().encode() + text.encode("utf-8", "surrogatepass") + b"]"
+            utf8 = ch.encode("utf-8", "surrogatepass").hex().encode()
+            out += b"[UNK_BYTE_0x" + utf8 + text.encode("utf-8", "surrogatepass") + b"]"
     return bytes(out)
 
 
@@ -348,7 +354,7 @@ def _clean_up_spaces(data: bytes) -> bytes:
             x1 = text[i + 1]
             if x1 in b"sm":
                 total -= 1
-            elif x1 not in b"td" and i + 2 < n and (x1, text[i + 2]) in ((0x72, 0x65), (0x76, 0x65)):
+            elif x1 not in b"td" and i + 2 < n and bytes((x1, text[i + 2])) in (b"re", b"ve"):
                 total -= 1
         text[total] = x
         total += 1

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 __all__ = [
     "PreTokenizerSpec",
     "pre_tokenizer_spec",
+    "supported_pre_tokenizers",
     "split_words",
     "BYTE_TO_UNICODE",
     "UNICODE_TO_BYTE",
@@ -248,6 +249,11 @@ def pre_tokenizer_spec(pre: str | None) -> PreTokenizerSpec:
         return _SPECS[pre]
     except KeyError:
         raise ValueError(f"unsupported BPE pre-tokenizer type: {pre!r}") from None
+
+
+def supported_pre_tokenizers() -> list[str]:
+    """The ``tokenizer.ggml.pre`` names this module knows, sorted."""
+    return sorted(_SPECS)
 
 
 def _compiled(pattern: str) -> _CompiledRegex:

@@ -1,0 +1,122 @@
+// matmul.cpp — Y[M, N] = X[M, K] . W[N, K]^T on the thread pool, with tile kernels.
+//
+// Work split: the N weight rows are cut into one contiguous chunk per thread (aligned to
+// kRowAlign rows), so each thread streams its own slice of W once per activation block. Inside a
+// chunk, activation rows are taken kActBlock at a time (they stay in L2) and the chunk is walked
+// in tiles of R weight rows x C activation rows (the kernel set's largest tile; edges use smaller
+// tiles). Every tile computes each (m, n) pair with the same operations as the 1 x 1 kernel, so
+// Y[m, n] is independent of M, of m's position, of the tile shape and of the thread count.
+#include "matmul.h"
+
+#include <string.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "quants/dot_impl.h"
+
+namespace lll {
+
+namespace {
+
+constexpr int64_t kRowAlign = 16;     // weight rows per thread chunk are a multiple of this
+constexpr int64_t kActBlock = 64;     // activation rows kept hot while a weight chunk streams
+constexpr int64_t kSerialWork = 1 << 15;   // below this many weight elements x rows: one thread
+
+const TypeTraits& traits_or_throw(GGMLType t, const char* what) {
+    const TypeTraits* tt = type_traits(t);
+    if (!tt) throw std::invalid_argument(std::string(what) + ": unknown type id " +
+                                         std::to_string(static_cast<uint32_t>(t)));
+    return *tt;
+}
+
+int64_t row_bytes(const TypeTraits& tt, int64_t K, const char* what) {
+    if (K <= 0 || K % tt.block_elems != 0)
+        throw std::invalid_argument(std::string(what) + ": K = " + std::to_string(K) +
+                                    " is not a positive multiple of the " + tt.name +
+                                    " block size " + std::to_string(tt.block_elems));
+    return K / tt.block_elems * tt.block_bytes;
+}
+
+// Runs fn on the pool, or inline when the job is too small to be worth a hand-off.
+void run_maybe_parallel(ThreadPool& pool, bool parallel, const std::function<void(int, int)>& fn) {
+    if (parallel && pool.size() > 1) pool.run(fn);
+    else fn(0, 1);
+}
+
+}  // namespace
+
+size_t act_buffer_bytes(GGMLType vec_dot_type, int64_t M, int64_t K) {
+    const TypeTraits& tt = traits_or_throw(vec_dot_type, "act_buffer_bytes");
+    if (M < 0) throw std::invalid_argument("act_buffer_bytes: M must be >= 0");
+    return (size_t)(M * row_bytes(tt, K, "act_buffer_bytes"));
+}
+
+void quantize_activations(ThreadPool& pool, GGMLType vec_dot_type, const float* X, int64_t M,
+                          int64_t K, void* Xq, Isa isa) {
+    const TypeTraits& tt = traits_or_throw(vec_dot_type, "quantize_activations");
+    const int64_t xrb = row_bytes(tt, K, "quantize_activations");
+    if (M < 0) throw std::invalid_argument("quantize_activations: M must be >= 0");
+    if (M == 0) return;
+    // One row through the checked entry point first: it validates type and ISA once.
+    quantize_act_row(vec_dot_type, X, Xq, K, isa);
+    uint8_t* out = (uint8_t*)Xq;
+    run_maybe_parallel(pool, (M - 1) * K >= kSerialWork, [&](int ith, int nth) {
+        for (int64_t m = 1 + ith; m < M; m += nth) quantize_act_row(vec_dot_type, X + m * K, out + m * xrb, K, isa);
+    });
+}
+
+void matmul_q(ThreadPool& pool, GGMLType wtype, const void* W, int64_t N, int64_t K,
+              const void* Xq, int64_t M, float* Y, int64_t ldy, Isa isa) {
+    const TypeTraits& wt = traits_or_throw(wtype, "matmul_q");
+    const int64_t wrb = row_bytes(wt, K, "matmul_q");
+    const int64_t xrb = row_bytes(traits_or_throw(wt.vec_dot_type, "matmul_q"), K, "matmul_q");
+    if (M < 0 || N < 0) throw std::invalid_argument("matmul_q: M and N must be >= 0");
+    if (ldy < N) throw std::invalid_argument("matmul_q: ldy must be >= N");
+    if (!isa_available(isa))
+        throw std::invalid_argument(std::string("matmul_q: ISA level ") + isa_name(isa) + " is not available");
+    const kern::KernelSet* ks = kern::find_kernels(wtype, isa);
+    if (!ks) throw std::invalid_argument(std::string("matmul_q: no dot product for weight type ") + wt.name);
+    if (M == 0 || N == 0) return;
+
+    const uint8_t* w = (const uint8_t*)W;
+    const uint8_t* x = (const uint8_t*)Xq;
+    const int64_t R = ks->max_r, C = ks->max_c;
+    auto work = [&](int ith, int nth) {
+        const int64_t per = (N + nth - 1) / nth;
+        const int64_t chunk = (per + kRowAlign - 1) / kRowAlign * kRowAlign;
+        const int64_t n0 = std::min(N, ith * chunk), n1 = std::min(N, n0 + chunk);
+        for (int64_t mb = 0; mb < M; mb += kActBlock) {
+            const int64_t me = std::min(M, mb + kActBlock);
+            for (int64_t n = n0; n < n1; n += R) {
+                const int64_t r = std::min(R, n1 - n);
+                for (int64_t m = mb; m < me; m += C) {
+                    const int64_t c = std::min(C, me - m);
+                    ks->tile[r - 1][c - 1](K, w + n * wrb, (size_t)wrb, x + m * xrb, (size_t)xrb,
+                                           Y + m * ldy + n, ldy);
+                }
+            }
+        }
+    };
+    run_maybe_parallel(pool, N * K * M >= kSerialWork && N >= 2 * kRowAlign, work);
+}
+
+void matmul(ThreadPool& pool, GGMLType wtype, const void* W, int64_t N, int64_t K,
+            const float* X, int64_t M, float* Y, Isa isa) {
+    const TypeTraits& wt = traits_or_throw(wtype, "matmul");
+    const GGMLType vdt = wt.vec_dot_type;
+    if (vdt == GGMLType::F32) {   // f32 activations are used as they are
+        matmul_q(pool, wtype, W, N, K, X, M, Y, N, isa);
+        return;
+    }
+    // Scratch reused across calls of this thread (decode calls matmul hundreds of times a token).
+    thread_local std::vector<uint8_t> scratch;
+    const size_t need = act_buffer_bytes(vdt, M, K);
+    if (scratch.size() < need) scratch.resize(need);
+    quantize_activations(pool, vdt, X, M, K, scratch.data(), isa);
+    matmul_q(pool, wtype, W, N, K, scratch.data(), M, Y, N, isa);
+}
+
+}  // namespace lll

@@ -1,0 +1,110 @@
+// dot_impl.h — private interface between the dot-product kernels (dot_*.cpp), the activation
+// quantizers (act_quant.cpp), the ISA probe (isa.cpp) and matmul.cpp. Not part of the public API.
+//
+// A kernel set holds, for one weight type at one ISA level, a family of "tile" kernels: a tile
+// computes the R x C dot products between R weight rows and C activation rows. Work shared by a
+// tile's rows (unpacking a weight block, loading an activation block) is done once per tile, but
+// every (weight row, activation row) pair goes through exactly the same floating-point operations
+// whatever R and C are. That is what makes matmul batch invariant: Y[m, n] does not depend on M,
+// on m's position in the batch, or on the thread split.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+#include "../blocks.h"
+#include "../quants.h"
+
+// Compiled-in levels. AVX2 means AVX2 + FMA + F16C (no VNNI, so it runs on any AVX2 CPU);
+// AVX512 means F/BW/VL/DQ plus VNNI (vpdpbusd / vpdpwssd) and VBMI.
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define LLL_BUILD_AVX2 1
+#else
+#define LLL_BUILD_AVX2 0
+#endif
+#if LLL_BUILD_AVX2 && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
+    defined(__AVX512DQ__) && defined(__AVX512VNNI__) && defined(__AVX512VBMI__) && defined(__BMI2__)
+#define LLL_BUILD_AVX512 1
+#else
+#define LLL_BUILD_AVX512 0
+#endif
+
+namespace lll {
+namespace kern {
+
+constexpr int kMaxTile = 4;   // largest R and C of a tile kernel
+
+// Y[c * ldy + r] = dot(weight row r, activation row c) for r < R, c < C. Weight rows are
+// w_stride bytes apart, activation rows x_stride bytes apart; k elements per row.
+typedef void (*TileFn)(int64_t k, const uint8_t* w, size_t w_stride, const uint8_t* x,
+                       size_t x_stride, float* y, int64_t ldy);
+
+struct KernelSet {
+    Isa isa;                               // level these kernels are written for
+    VecDotFn vec_dot;                      // the 1 x 1 case with the plain VecDotFn signature
+    int max_r, max_c;                      // largest tile provided
+    TileFn tile[kMaxTile][kMaxTile];       // tile[R-1][C-1]; set for R <= max_r, C <= max_c
+};
+
+// Kernel set implemented at exactly this level, or nullptr (type not written for that level,
+// or level not compiled in). Does not check the CPU.
+const KernelSet* scalar_kernels(GGMLType wtype);
+const KernelSet* avx2_kernels(GGMLType wtype);
+const KernelSet* avx512_kernels(GGMLType wtype);
+
+// Best kernel set at or below `isa` for this weight type (falls back level by level);
+// nullptr when the type has no dot product or `isa` is not available on this CPU.
+const KernelSet* find_kernels(GGMLType wtype, Isa isa);
+
+// Activation quantizers per level; n is a multiple of the block size (checked by the caller).
+// Each level writes exactly the same bytes as the scalar one.
+bool quantize_act_avx2(GGMLType type, const float* x, void* dst, int64_t n);    // false: n/a
+bool quantize_act_avx512(GGMLType type, const float* x, void* dst, int64_t n);  // false: n/a
+void quantize_act_scalar(GGMLType type, const float* x, void* dst, int64_t n);
+
+// Scale and min of sub-block j (0..7) from the 12 packed 6-bit fields of Q4_K / Q5_K.
+inline void k4_scale_min(const uint8_t* q, int j, int* sc, int* m) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+// Builds a tile table whose every tile computes each pair with the 1 x 1 dot product `F`
+// (used by levels that have no multi-row kernels for a type).
+template <VecDotFn F, int R, int C>
+void tile_from_vec_dot(int64_t k, const uint8_t* w, size_t ws, const uint8_t* x, size_t xs,
+                       float* y, int64_t ldy) {
+    for (int c = 0; c < C; ++c)
+        for (int r = 0; r < R; ++r) y[c * ldy + r] = F(k, w + r * ws, x + c * xs);
+}
+
+// Fills ks.tile[R-1][C-1] for all R <= MR, C <= MC with Tile<R, C>.
+template <template <int, int> class Tile, int MR, int MC>
+struct TileTable {
+    template <int R, int C>
+    static void fill_one(KernelSet& ks) {
+        if constexpr (R <= MR && C <= MC) ks.tile[R - 1][C - 1] = &Tile<R, C>::run;
+    }
+    template <int R>
+    static void fill_row(KernelSet& ks) {
+        fill_one<R, 1>(ks); fill_one<R, 2>(ks); fill_one<R, 3>(ks); fill_one<R, 4>(ks);
+    }
+    static void fill(KernelSet& ks) {
+        fill_row<1>(ks); fill_row<2>(ks); fill_row<3>(ks); fill_row<4>(ks);
+        ks.max_r = MR;
+        ks.max_c = MC;
+    }
+};
+
+// Adapts a VecDotFn into a Tile<R, C> class usable with TileTable.
+template <VecDotFn F>
+struct DotTile {
+    template <int R, int C>
+    struct T { static void run(int64_t k, const uint8_t* w, size_t ws, const uint8_t* x, size_t xs,
+                               float* y, int64_t ldy) { tile_from_vec_dot<F, R, C>(k, w, ws, x, xs, y, ldy); } };
+};
+
+}  // namespace kern
+}  // namespace lll

@@ -1,0 +1,463 @@
+"""Kernel tests: activation quantization, dot products at every ISA level, matmul.
+
+References are independent of the C++ code under test:
+  * activation quantization: a numpy re-implementation of ggml's x86 quantize_row_q8_0 / q8_1
+    (inverse scale 127/amax, round half to even), of quantize_row_q8_K_ref, and numpy's f16 /
+    gguf-py's bf16 conversions;
+  * weights: gguf-py's quantize / dequantize (legacy types), random blocks with sane scales and
+    real model tensors (K-quants), dequantized with gguf-py;
+  * dot products and matmul: float64 numpy on the dequantized operands.
+Every SIMD level is held to the scalar reference; the scalar reference is held to float64.
+"""
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gguf import GGML_QUANT_SIZES
+from gguf import GGMLQuantizationType as T
+from gguf.quants import dequantize, quantize
+
+from conftest import model_file
+from localllm import _core
+
+ISAS = [i for i in range(3) if _core.isa_available(i)]
+LEGACY = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0]
+KQUANTS = [T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K]
+FLOATS = [T.F32, T.F16, T.BF16]
+ALL_TYPES = LEGACY + KQUANTS + FLOATS
+VEC_DOT_TYPE = {T.Q4_0: T.Q8_0, T.Q5_0: T.Q8_0, T.Q8_0: T.Q8_0, T.Q4_1: T.Q8_1, T.Q5_1: T.Q8_1,
+                **{t: T.Q8_K for t in KQUANTS}, **{t: t for t in FLOATS}}
+# Types whose SIMD levels must have their own kernels (not fall back to a lower level).
+MUST_HAVE_SIMD = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q8_0, T.Q4_K, T.Q6_K, T.F16, T.F32]
+
+F16_EPS = 2.0 ** -11   # unit roundoff of fp16
+BF16_EPS = 2.0 ** -8
+
+
+# ---------------------------------------------------------------------------------------------
+# independent numpy references for the activation formats
+# ---------------------------------------------------------------------------------------------
+
+def ref_quantize_act(x: np.ndarray, vdt: T) -> bytes:
+    """ggml's x86 CPU-backend activation quantization of one row, in numpy."""
+    x = np.asarray(x, dtype=np.float32)
+    if vdt == T.F32:
+        return x.tobytes()
+    if vdt == T.F16:
+        with np.errstate(over="ignore"):
+            return x.astype(np.float16).tobytes()
+    if vdt == T.BF16:
+        return quantize(x, T.BF16).tobytes()
+    if vdt in (T.Q8_0, T.Q8_1):
+        b = x.reshape(-1, 32)
+        amax = np.abs(b).max(axis=1, keepdims=True)
+        d = (amax / np.float32(127)).astype(np.float32)
+        with np.errstate(divide="ignore"):
+            inv = np.where(amax != 0, np.float32(127) / amax, np.float32(0)).astype(np.float32)
+        q = np.rint((b * inv).astype(np.float32)).astype(np.int32)   # rint: half to even
+        head = [d.astype(np.float16).view(np.uint8)]
+        if vdt == T.Q8_1:
+            s = (d[:, 0] * q.sum(axis=1).astype(np.float32)).astype(np.float16)
+            head.append(s.reshape(-1, 1).view(np.uint8))
+        return np.concatenate(head + [q.astype(np.int8).view(np.uint8)], axis=1).tobytes()
+    if vdt == T.Q8_K:
+        out = []
+        for b in x.reshape(-1, 256):
+            a = np.abs(b)
+            if a.max() == 0:
+                out.append(np.zeros(4 + 256 + 32, np.uint8))
+                continue
+            mx = b[int(np.argmax(a))]                   # first element of largest magnitude
+            iscale = np.float32(-127) / mx
+            q = np.minimum(np.rint((iscale * b).astype(np.float32)), 127).astype(np.int8)
+            bsums = q.astype(np.int32).reshape(16, 16).sum(axis=1).astype(np.int16)
+            d = np.float32(1) / iscale
+            out.append(np.concatenate([np.array([d], np.float32).view(np.uint8), q.view(np.uint8),
+                                       bsums.view(np.uint8)]))
+        return np.concatenate(out).tobytes()
+    raise ValueError(vdt)
+
+
+def dequant_act(raw: bytes, vdt: T, n: int) -> np.ndarray:
+    """Values an activation row stands for (float64), from its raw bytes."""
+    a = np.frombuffer(raw, np.uint8)
+    if vdt in (T.F32, T.F16, T.BF16):
+        return dequantize(a, vdt).astype(np.float64) if vdt != T.F32 else a.view(np.float32).astype(np.float64)
+    if vdt == T.Q8_0:
+        b = a.reshape(-1, 34)
+        return (b[:, :2].copy().view(np.float16).astype(np.float64) * b[:, 2:].view(np.int8)).reshape(n)
+    if vdt == T.Q8_1:
+        b = a.reshape(-1, 36)
+        return (b[:, :2].copy().view(np.float16).astype(np.float64) * b[:, 4:].view(np.int8)).reshape(n)
+    if vdt == T.Q8_K:
+        b = a.reshape(-1, 292)
+        return (b[:, :4].copy().view(np.float32).astype(np.float64) * b[:, 4:260].view(np.int8)).reshape(n)
+    raise ValueError(vdt)
+
+
+def q8_1_s_term_bound(w_raw: np.ndarray, wtype: T, x_raw: bytes) -> float:
+    """Q4_1/Q5_1 . Q8_1 use m * s with s = fp16(d * sum q): allowance for s's fp16 rounding."""
+    if wtype not in (T.Q4_1, T.Q5_1):
+        return 0.0
+    wb = w_raw.reshape(-1, GGML_QUANT_SIZES[wtype][1])
+    m = np.abs(wb[:, 2:4].copy().view(np.float16).astype(np.float64))[:, 0]
+    s = np.abs(np.frombuffer(x_raw, np.uint8).reshape(-1, 36)[:, 2:4].copy().view(np.float16).astype(np.float64))[:, 0]
+    return float((m * s).sum() * F16_EPS)
+
+
+# ---------------------------------------------------------------------------------------------
+# weights
+# ---------------------------------------------------------------------------------------------
+
+def row_bytes(t: T, k: int) -> int:
+    block, size = GGML_QUANT_SIZES[t]
+    return k // block * size
+
+
+def random_kquant_rows(t: T, n_rows: int, k: int, rng: np.random.Generator) -> np.ndarray:
+    """Random K-quant blocks (any bit pattern is a valid block) with sane f16 super-scales."""
+    size = GGML_QUANT_SIZES[t][1]
+    raw = rng.integers(0, 256, size=(n_rows * k // 256, size), dtype=np.uint8)
+    d = rng.uniform(0.002, 0.05, size=(raw.shape[0], 2)).astype(np.float16).view(np.uint8)
+    if t in (T.Q4_K, T.Q5_K):      # d, dmin first
+        raw[:, 0:4] = d
+    elif t == T.Q2_K:              # scales[16], qs[64], d, dmin
+        raw[:, 80:84] = d
+    else:                          # Q3_K / Q6_K: d is the last field
+        raw[:, size - 2:] = d[:, :2]
+    return raw.reshape(n_rows, -1)
+
+
+def make_weights(t: T, n_rows: int, k: int, rng: np.random.Generator) -> np.ndarray:
+    """[n_rows, row_bytes] raw weight rows of type t."""
+    if t in KQUANTS:
+        return random_kquant_rows(t, n_rows, k, rng)
+    w = (rng.standard_normal((n_rows, k)) * 0.05).astype(np.float32)
+    if t == T.F32:
+        return w.view(np.uint8)
+    return np.ascontiguousarray(quantize(w, t)).view(np.uint8).reshape(n_rows, -1)
+
+
+def dequant_weights(raw: np.ndarray, t: T, k: int) -> np.ndarray:
+    if t == T.F32:
+        return raw.view(np.float32).astype(np.float64).reshape(-1, k)
+    return dequantize(raw, t).astype(np.float64).reshape(-1, k)
+
+
+def make_acts(m: int, k: int, rng: np.random.Generator) -> np.ndarray:
+    """Activation-like rows: normal values plus a few large outliers per row."""
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    idx = rng.integers(0, k, size=(m, max(1, k // 128)))
+    np.put_along_axis(x, idx, rng.uniform(-20, 20, size=idx.shape).astype(np.float32), axis=1)
+    return x
+
+
+def read_gguf_tensors(path: Path, types: set[T]) -> dict[T, tuple[str, np.ndarray, int]]:
+    """First tensor of each wanted type in a GGUF file: {type: (name, raw [rows, row_bytes], K)}.
+
+    A minimal reader (header, metadata skipped, tensor infos); gguf.GGUFReader is too slow on the
+    big tokenizer vocabularies for a unit test.
+    """
+    data = np.memmap(path, dtype=np.uint8, mode="r")
+    buf = memoryview(data)
+    pos = 0
+
+    def take(fmt: str):
+        nonlocal pos
+        vals = struct.unpack_from("<" + fmt, buf, pos)
+        pos += struct.calcsize("<" + fmt)
+        return vals[0] if len(vals) == 1 else vals
+
+    def string() -> str:
+        nonlocal pos
+        n = take("Q")
+        s = bytes(buf[pos:pos + n]).decode("utf-8", "replace")
+        pos += n
+        return s
+
+    scalar = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+
+    def skip_value(vt: int) -> object:
+        nonlocal pos
+        if vt in scalar:
+            return take(scalar[vt])
+        if vt == 8:
+            return string()
+        et, count = take("I"), take("Q")
+        if et in scalar:
+            pos += count * struct.calcsize(scalar[et])
+        else:
+            for _ in range(count):
+                skip_value(et)
+        return None
+
+    assert bytes(buf[:4]) == b"GGUF"
+    pos = 4
+    _version, n_tensors, n_kv = take("I"), take("Q"), take("Q")
+    alignment = 32
+    for _ in range(n_kv):
+        key, vt = string(), take("I")
+        value = skip_value(vt)
+        if key == "general.alignment":
+            alignment = int(value)
+    infos = []
+    for _ in range(n_tensors):
+        name, nd = string(), take("I")
+        dims = [take("Q") for _ in range(nd)]
+        infos.append((name, dims, T(take("I")), take("Q")))
+    base = (pos + alignment - 1) // alignment * alignment
+    found = {}
+    for name, dims, t, off in infos:
+        if t in types and t not in found and len(dims) == 2:
+            k, rows = dims
+            rb = row_bytes(t, k)
+            found[t] = (name, np.asarray(data[base + off: base + off + rows * rb]).reshape(rows, rb), k)
+    return found
+
+
+@pytest.fixture(scope="module")
+def model_rows() -> dict[T, tuple[str, np.ndarray, int]]:
+    """A few rows of one real tensor per weight type present in the test models."""
+    rows: dict[T, tuple[str, np.ndarray, int]] = {}
+    for key in ("smollm2-135m-q4_1", "gemma3-270m-q4_k_m"):
+        for t, (name, raw, k) in read_gguf_tensors(model_file(key), set(ALL_TYPES)).items():
+            if t not in rows:
+                rows[t] = (f"{key}:{name}", np.ascontiguousarray(raw[:8]), k)
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# ISA probing
+# ---------------------------------------------------------------------------------------------
+
+def test_isa_levels() -> None:
+    assert _core.isa_available(0)
+    best = _core.best_isa()
+    assert _core.isa_available(best)
+    assert all(_core.isa_available(i) for i in range(best + 1))
+    assert not _core.isa_available(best + 1) if best < 2 else True
+    assert [_core.isa_name(i) for i in range(3)] == ["scalar", "avx2", "avx512"]
+    assert not _core.isa_available(3) and not _core.isa_available(-1)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("t", ALL_TYPES, ids=lambda t: t.name)
+def test_isa_fallbacks(t: T, isa: int) -> None:
+    """Which level implements each type: the required types have their own SIMD kernels; the
+    others (Q2_K, Q3_K at AVX2/AVX-512 ...) report the lower level they fall back to."""
+    level = _core.vec_dot_isa(int(t), isa)
+    assert 0 <= level <= isa
+    if t in MUST_HAVE_SIMD:
+        assert level == isa, f"{t.name} at {_core.isa_name(isa)} falls back to {_core.isa_name(level)}"
+
+
+# ---------------------------------------------------------------------------------------------
+# (b) activation quantization: identical bytes at every level, equal to the numpy reference
+# ---------------------------------------------------------------------------------------------
+
+def act_test_rows(rng: np.random.Generator) -> list[np.ndarray]:
+    k = 768
+    rows = [make_acts(1, k, rng)[0], (rng.standard_normal(k) * 1e-3).astype(np.float32),
+            np.zeros(k, np.float32)]
+    # exact ties: block max 127 and half-integers -> x * (127 / amax) lands on .5 values
+    ties = (rng.integers(-254, 255, size=k) / 2).astype(np.float32)
+    ties[::32] = 127.0
+    rows.append(ties)
+    mixed = make_acts(1, k, rng)[0]
+    mixed[32:64] = 0.0                                   # an all-zero 32-block
+    mixed[256:512] = 0.0                                 # an all-zero Q8_K super-block
+    mixed[600] = -mixed[600:700].__abs__().max() - 1.0   # negative max magnitude
+    mixed[601] = -mixed[600]                             # tie of magnitudes: first one wins
+    rows.append(mixed)
+    return rows
+
+
+@pytest.mark.parametrize("vdt", [T.Q8_0, T.Q8_1, T.Q8_K, T.F16, T.BF16, T.F32], ids=lambda t: t.name)
+def test_quantize_act_matches_reference(vdt: T) -> None:
+    rng = np.random.default_rng(1)
+    for x in act_test_rows(rng):
+        want = ref_quantize_act(x, vdt)
+        for isa in ISAS:
+            got = _core.quantize_act(x, int(vdt), isa).tobytes()
+            assert got == want, f"{vdt.name} at {_core.isa_name(isa)} differs from the reference"
+
+
+@pytest.mark.parametrize("vdt", [T.F16, T.BF16], ids=lambda t: t.name)
+def test_quantize_act_float_specials(vdt: T) -> None:
+    x = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-40, -3e-39, 65504.0, 65519.0, 65520.0,
+                  1e6, 5.96e-8, 2.98e-8, 3.0e-8, 1.0 + 2 ** -11, 1.0 + 3 * 2 ** -11, 3.4e38] * 2, np.float32)
+    want = ref_quantize_act(x, vdt)
+    for isa in ISAS:
+        assert _core.quantize_act(x, int(vdt), isa).tobytes() == want
+
+
+# ---------------------------------------------------------------------------------------------
+# (a) dot products: scalar vs float64, every SIMD level vs scalar
+# ---------------------------------------------------------------------------------------------
+
+def lengths(t: T) -> list[int]:
+    if t in KQUANTS:
+        return [256, 768, 2816, 4096]
+    if t in LEGACY:
+        return [32, 96, 224, 1184, 4096, 32 * 129]      # odd block counts: ragged SIMD tails
+    return [1, 7, 33, 100, 1003, 4096]
+
+
+def check_dots(t: T, w_rows: np.ndarray, k: int, x_rows: np.ndarray, label: str) -> None:
+    vdt = VEC_DOT_TYPE[t]
+    wd = dequant_weights(w_rows, t, k)
+    for i, x in enumerate(x_rows):
+        xq = _core.quantize_act(x, int(vdt), 0)
+        xd = dequant_act(xq.tobytes(), vdt, k)
+        w = w_rows[i % len(w_rows)]
+        terms = wd[i % len(w_rows)] * xd
+        scale = float(np.abs(terms).sum()) + 1e-30
+        slack = q8_1_s_term_bound(w, t, xq.tobytes())
+        ref = _core.vec_dot(int(t), w, xq, k, 0)
+        assert abs(ref - terms.sum()) <= 1e-5 * scale + slack, f"scalar {label} K={k}: {ref} vs {terms.sum()}"
+        for isa in ISAS[1:]:
+            got = _core.vec_dot(int(t), w, xq, k, isa)
+            assert abs(got - ref) <= 1e-5 * scale, f"{_core.isa_name(isa)} {label} K={k}: {got} vs scalar {ref}"
+
+
+@pytest.mark.parametrize("t", ALL_TYPES, ids=lambda t: t.name)
+def test_vec_dot_random(t: T) -> None:
+    rng = np.random.default_rng(int(t) + 10)
+    for k in lengths(t):
+        check_dots(t, make_weights(t, 3, k, rng), k, make_acts(3, k, rng), "random")
+
+
+@pytest.mark.parametrize("t", [T.Q4_1, T.Q8_0, T.Q5_0, T.Q4_K, T.Q6_K], ids=lambda t: t.name)
+def test_vec_dot_model_rows(t: T, model_rows) -> None:
+    if t not in model_rows:
+        pytest.skip(f"no {t.name} 2-D tensor in the test models")
+    name, raw, k = model_rows[t]
+    rng = np.random.default_rng(7)
+    check_dots(t, raw, k, make_acts(4, k, rng), name)
+
+
+# ---------------------------------------------------------------------------------------------
+# (c) matmul against float64
+# ---------------------------------------------------------------------------------------------
+
+def act_error_bound(x: np.ndarray, vdt: T) -> np.ndarray:
+    """Worst-case |x - x_hat| per element for the activation format (x: [M, K])."""
+    x = x.astype(np.float64)
+    if vdt in (T.Q8_0, T.Q8_1):
+        amax = np.repeat(np.abs(x.reshape(x.shape[0], -1, 32)).max(axis=2), 32, axis=1)
+        d = amax / 127
+        # half a step, plus the fp16 rounding of d applied to |q| <= 127, plus 1 ulp slack
+        return d * (0.5 + 127 * F16_EPS) * (1 + 1e-6)
+    if vdt == T.Q8_K:
+        amax = np.repeat(np.abs(x.reshape(x.shape[0], -1, 256)).max(axis=2), 256, axis=1)
+        return amax / 127 * 0.5 * (1 + 1e-6)
+    if vdt == T.F16:
+        return np.abs(x) * F16_EPS + 2.0 ** -25
+    if vdt == T.BF16:
+        return np.abs(x) * BF16_EPS
+    return np.zeros_like(x)
+
+
+@pytest.mark.parametrize("t", ALL_TYPES, ids=lambda t: t.name)
+def test_matmul_vs_float64(t: T) -> None:
+    """|Y - W_hat @ X^T| <= sum_k |W_hat[n, k]| * delta[m, k] + 1e-5 * sum_k |W_hat x|: a bound,
+    not an estimate — delta is the worst-case activation quantization error (half a step plus
+    fp16 scale rounding for Q8_0/Q8_1, half a step for Q8_K, 2^-11 / 2^-8 relative for F16 /
+    BF16), 1e-5 covers f32 accumulation over <= 4096 terms, and Q4_1/Q5_1 add the fp16
+    rounding of Q8_1's s. A tight check against the exactly dequantized activations follows."""
+    rng = np.random.default_rng(int(t) + 100)
+    n, k, m = 45, 512, 5
+    w = make_weights(t, n, k, rng)
+    wd = dequant_weights(w, t, k)
+    x = make_acts(m, k, rng)
+    vdt = VEC_DOT_TYPE[t]
+    for isa in ISAS:
+        y = _core.matmul(w, int(t), n, k, x, 2, isa)
+        assert y.shape == (m, n) and y.dtype == np.float32
+        ref = x.astype(np.float64) @ wd.T
+        absprod = np.abs(x.astype(np.float64)) @ np.abs(wd).T
+        bound = act_error_bound(x, vdt) @ np.abs(wd).T + 1e-5 * absprod
+        if t in (T.Q4_1, T.Q5_1):
+            bound += absprod * 2 * F16_EPS + 1e-6
+        assert np.all(np.abs(y - ref) <= bound), f"{t.name} {_core.isa_name(isa)}: max err {np.abs(y - ref).max()}"
+        # tight: against the activations as quantized
+        for i in range(m):
+            xq = _core.quantize_act(x[i], int(vdt), isa)
+            xd = dequant_act(xq.tobytes(), vdt, k)
+            exact = wd @ xd
+            tol = 1e-5 * (np.abs(wd) @ np.abs(xd)) + np.array(
+                [q8_1_s_term_bound(w[j], t, xq.tobytes()) for j in range(n)])
+            assert np.all(np.abs(y[i] - exact) <= tol), f"{t.name} {_core.isa_name(isa)} row {i}"
+
+
+# ---------------------------------------------------------------------------------------------
+# (d) batch invariance, (e) thread invariance, tile == vec_dot
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("t", ALL_TYPES, ids=lambda t: t.name)
+def test_batch_invariance(t: T) -> None:
+    rng = np.random.default_rng(int(t) + 200)
+    n, k = 37, 512
+    w = make_weights(t, n, k, rng)
+    x = make_acts(16, k, rng)
+    for isa in ISAS:
+        full = _core.matmul(w, int(t), n, k, x, 2, isa)
+        for mm in (1, 3, 7):
+            for start in sorted({0, 1, 16 - mm, 5 % (17 - mm)}):
+                part = _core.matmul(w, int(t), n, k, x[start:start + mm], 2, isa)
+                assert np.array_equal(part, full[start:start + mm]), f"{_core.isa_name(isa)} M={mm} at {start}"
+        perm = rng.permutation(16)
+        assert np.array_equal(_core.matmul(w, int(t), n, k, x[perm], 2, isa), full[perm])
+        # every output equals the 1 x 1 kernel
+        for i in (0, 9, 15):
+            xq = _core.quantize_act(x[i], int(VEC_DOT_TYPE[t]), isa)
+            dots = np.array([_core.vec_dot(int(t), w[j], xq, k, isa) for j in range(n)], np.float32)
+            assert np.array_equal(dots, full[i]), f"{_core.isa_name(isa)} row {i} differs from vec_dot"
+
+
+@pytest.mark.parametrize("t", [T.Q4_0, T.Q8_0, T.Q4_K, T.Q6_K, T.F16], ids=lambda t: t.name)
+def test_thread_invariance(t: T) -> None:
+    rng = np.random.default_rng(int(t) + 300)
+    n, k = 203, 1024
+    w = make_weights(t, n, k, rng)
+    x = make_acts(9, k, rng)
+    for isa in ISAS:
+        y1 = _core.matmul(w, int(t), n, k, x, 1, isa)
+        for threads in (2, 3):
+            assert np.array_equal(_core.matmul(w, int(t), n, k, x, threads, isa), y1)
+
+
+# ---------------------------------------------------------------------------------------------
+# (f) bad input
+# ---------------------------------------------------------------------------------------------
+
+def test_bad_sizes_raise_value_error() -> None:
+    rng = np.random.default_rng(5)
+    k, n = 64, 4
+    w = make_weights(T.Q4_0, n, k, rng)
+    x = make_acts(2, k, rng)
+    _core.matmul(w, int(T.Q4_0), n, k, x)   # the valid call works
+    bad_calls = [
+        lambda: _core.matmul(w[:, :-1].copy(), int(T.Q4_0), n, k, x),         # short rows
+        lambda: _core.matmul(w, int(T.Q4_0), n + 1, k, x),                     # N too big
+        lambda: _core.matmul(w, int(T.Q4_0), n, 48, x[:, :48].copy()),         # K not a multiple of 32
+        lambda: _core.matmul(w, int(T.Q4_0), n, k, x[:, :32].copy()),          # x has the wrong K
+        lambda: _core.matmul(w, int(T.Q4_0), n, k, x[0]),                      # x not 2-D
+        lambda: _core.matmul(w, 4, n, k, x),                                   # unknown type id
+        lambda: _core.matmul(w, int(T.Q8_K), n, k, x),                         # no dot product
+        lambda: _core.matmul(w, int(T.Q4_0), n, k, x, 0),                      # n_threads
+        lambda: _core.matmul(w, int(T.Q4_0), n, k, x, 2, 7),                   # isa
+        lambda: _core.matmul(w.view(np.int8), int(T.Q4_0), n, k, x),           # not uint8
+        lambda: _core.vec_dot(int(T.Q4_0), w[0], _core.quantize_act(x[0], int(T.Q8_0)), 32),
+        lambda: _core.vec_dot(int(T.Q4_0), w[0], _core.quantize_act(x[0, :32], int(T.Q8_0)), k),
+        lambda: _core.quantize_act(x[0, :40], int(T.Q8_0)),                   # n not a multiple
+        lambda: _core.quantize_act(x[0], int(T.Q8_K)),                         # 64 < 256
+        lambda: _core.quantize_act(x[0], int(T.Q4_0)),                         # not an activation type
+    ]
+    for i, call in enumerate(bad_calls):
+        with pytest.raises(ValueError):
+            call()
+            pytest.fail(f"bad call #{i} did not raise")

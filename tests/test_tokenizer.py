@@ -1,0 +1,322 @@
+"""Tokenizer parity with llama.cpp on the three real models.
+
+Ground truth is ../shared/reference (produced by llama.cpp): tokenize.jsonl rows, the prompt ids
+and generated text of greedy.jsonl, and the chunk counts of perplexity.json.  Metadata is read
+with the project's GGUF reader (held to gguf-py's by tests/test_gguf.py).
+"""
+from __future__ import annotations
+
+import functools
+import json
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+
+from conftest import MODEL_KEYS, REFERENCE, SHARED, model_file, read_jsonl
+from localllm.gguf import GGUFFile
+from localllm.tokenizer import StreamDecoder, Tokenizer
+
+CORPUS = SHARED / "corpus" / "gpl-3.txt"
+TIME_BOUND_S = 2.0
+
+
+def gguf_metadata(path) -> dict[str, Any]:
+    """GGUF key -> value through the project's reader (tests/test_gguf.py holds it equal to gguf-py's)."""
+    return dict(GGUFFile(str(path)).metadata)
+
+
+@functools.lru_cache(maxsize=None)
+def metadata(model_key: str) -> dict[str, Any]:
+    return gguf_metadata(model_file(model_key))
+
+
+@functools.lru_cache(maxsize=None)
+def tokenizer(model_key: str) -> Tokenizer:
+    return Tokenizer.from_gguf_metadata(metadata(model_key))
+
+
+def tokenize_rows(model_key: str) -> list[dict]:
+    rows = [r for r in read_jsonl(REFERENCE / "tokenize.jsonl") if r["model"] == model_key]
+    assert rows, f"no tokenize.jsonl rows for {model_key}"
+    return rows
+
+
+def greedy_rows(model_key: str) -> list[dict]:
+    rows = [r for r in read_jsonl(REFERENCE / "greedy.jsonl") if r["model"] == model_key]
+    assert rows, f"no greedy.jsonl rows for {model_key}"
+    return rows
+
+
+def first_difference(got: list[int], want: list[int]) -> int:
+    for i, (a, b) in enumerate(zip(got, want)):
+        if a != b:
+            return i
+    return min(len(got), len(want))
+
+
+def describe_mismatch(text: str, flags: str, got: list[int], want: list[int]) -> str:
+    i = first_difference(got, want)
+    return (f"{text!r} [{flags}]: first difference at {i}: got {got[i:i + 6]} want "
+            f"{want[i:i + 6]} (lengths {len(got)} vs {len(want)})")
+
+
+@pytest.mark.parametrize("model_key", MODEL_KEYS)
+def test_reference_tokenization(shared_dir, model_key):
+    """Every tokenize.jsonl row gives exactly llama.cpp's ids."""
+    tok = tokenizer(model_key)
+    mismatches = []
+    rows = tokenize_rows(model_key)
+    for row in rows:
+        got = tok.encode(row["text"], add_special=row["add_special"],
+                         parse_special=row["parse_special"])
+        if got != row["ids"]:
+            flags = f"add_special={row['add_special']} parse_special={row['parse_special']}"
+            mismatches.append(describe_mismatch(row["text"], flags, got, row["ids"]))
+    for line in mismatches:
+        print(line)
+    assert not mismatches, f"{len(mismatches)}/{len(rows)} rows differ:\n" + "\n".join(mismatches)
+
+
+@pytest.mark.parametrize("model_key", MODEL_KEYS)
+def test_rendered_prompts(shared_dir, model_key):
+    """greedy.jsonl prompt_ids are what llama.cpp made of rendered_prompt (specials parsed).
+
+    A prompt whose template already starts with the BOS text gets no second BOS.
+    """
+    tok = tokenizer(model_key)
+    for row in greedy_rows(model_key):
+        prompt = row["rendered_prompt"]
+        add_special = not (tok.add_bos and prompt.startswith(tok.bos_token))
+        got = tok.encode(prompt, add_special=add_special, parse_special=True)
+        assert got == row["prompt_ids"], describe_mismatch(prompt, "chat", got, row["prompt_ids"])
+
+
+@pytest.mark.parametrize("model_key", MODEL_KEYS)
+def test_generated_text_and_end_of_generation(shared_dir, model_key):
+    """llama.cpp stopped at the first EOG token, and its text is our decode of the ids."""
+    tok = tokenizer(model_key)
+    for row in greedy_rows(model_key):
+        ids = list(row["greedy_ids"])
+        if len(ids) < 48:  # stopped early: the last token ended generation
+            assert tok.is_eog(ids[-1]) and ids[-1] in tok.eot_ids, ids[-1]
+            ids = ids[:-1]
+        assert not any(tok.is_eog(t) for t in ids), f"EOG inside {row['prompt']!r}"
+        assert tok.decode(ids, skip_special=True) == row["greedy_text"]
+
+
+@pytest.mark.parametrize("model_key", MODEL_KEYS)
+def test_round_trip(shared_dir, model_key):
+    """decode(encode(x)) == x for the reference texts; BOS renders as text unless skipped."""
+    tok = tokenizer(model_key)
+    texts = sorted({row["text"] for row in tokenize_rows(model_key)})
+    for text in texts:
+        assert tok.decode(tok.encode(text, add_special=False)) == text
+        with_special = tok.encode(text, add_special=True)
+        assert tok.decode(with_special, skip_special=True) == text
+        prefix = tok.bos_token if tok.add_bos else ""
+        assert tok.decode(with_special) == prefix + text
+
+
+@pytest.mark.parametrize("model_key", MODEL_KEYS)
+def test_special_token_text(shared_dir, model_key):
+    """Control tokens render as their text unless skipped; parse_special finds them again."""
+    tok = tokenizer(model_key)
+    eos = tok.eos_id
+    assert eos in tok.eot_ids
+    assert tok.token_to_bytes(eos) == tok.eos_token.encode()
+    assert tok.token_to_bytes(eos, special=False) == b""
+    assert tok.decode([eos], skip_special=True) == ""
+    assert tok.encode(tok.eos_token, add_special=False, parse_special=True) == [eos]
+    assert tok.encode(tok.eos_token, add_special=False, parse_special=False) != [eos]
+
+
+@pytest.mark.parametrize("model_key", MODEL_KEYS)
+def test_stream_decoder_holds_partial_characters(shared_dir, model_key):
+    """Emoji/CJK split across tokens come out whole, never as U+FFFD."""
+    tok = tokenizer(model_key)
+    text = "Emoji: 😀👍🏽 👨\u200d👩\u200d👧\u200d👦 🇫🇷 ✨ 大模型推理优化 𠀀𪚥 тест"
+    ids = tok.encode(text, add_special=False)
+    partial = [t for t in ids if _is_partial_utf8(tok.token_to_bytes(t))]
+    assert partial, "the text should contain tokens that are incomplete UTF-8 on their own"
+    stream = StreamDecoder(tok)
+    chunks = [stream.feed(t) for t in ids] + [stream.flush()]
+    assert "".join(chunks) == text
+    assert not any("\ufffd" in c for c in chunks)
+
+
+def _is_partial_utf8(piece: bytes) -> bool:
+    try:
+        piece.decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    return False
+
+
+def test_stream_decoder_flush_replaces_unfinished_character():
+    tok = tokenizer("qwen2.5-coder-0.5b-q4_k_m")
+    first = next(t for t in tok.encode("𪚥", add_special=False)
+                 if _is_partial_utf8(tok.token_to_bytes(t)))
+    stream = StreamDecoder(tok)
+    assert stream.feed(first) == ""
+    assert stream.flush() == "\ufffd"
+    assert stream.flush() == ""
+
+
+@pytest.mark.parametrize("model_key", MODEL_KEYS)
+def test_corpus_chunks_and_speed(shared_dir, model_key):
+    """The perplexity corpus tokenizes in < 2 s (CPU) into llama-perplexity's chunk count."""
+    tok = tokenizer(model_key)
+    text = CORPUS.read_text(encoding="utf-8")
+    wall, cpu = time.perf_counter(), time.process_time()
+    ids = tok.encode(text, add_special=True, parse_special=False)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    print(f"{model_key}: {len(text)} chars -> {len(ids)} tokens, "
+          f"{cpu:.3f} s CPU, {wall:.3f} s wall")
+    assert cpu < TIME_BOUND_S
+    results = json.loads((REFERENCE / "perplexity.json").read_text())["results"]
+    for res in results:
+        if res["model"] == model_key and "chunks" in res:
+            assert len(ids) // res["n_ctx"] == res["chunks"]
+    assert tok.decode(ids, skip_special=True) == text
+
+
+@pytest.mark.parametrize("model_key", MODEL_KEYS)
+def test_load_time(shared_dir, model_key):
+    """Building the tokenizer from metadata takes < 2 s of CPU (gemma3: 262k tokens)."""
+    meta = metadata(model_key)
+    wall, cpu = time.perf_counter(), time.process_time()
+    tok = Tokenizer.from_gguf_metadata(meta)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    print(f"{model_key}: n_vocab {tok.n_vocab}, {cpu:.3f} s CPU, {wall:.3f} s wall")
+    assert cpu < TIME_BOUND_S
+    assert tok.n_vocab == len(meta["tokenizer.ggml.tokens"])
+
+
+def test_numpy_arrays_accepted():
+    """Metadata arrays may be numpy arrays (scores, types) instead of lists."""
+    meta = dict(metadata("gemma3-270m-q4_k_m"))
+    meta["tokenizer.ggml.scores"] = np.asarray(meta["tokenizer.ggml.scores"], np.float32)
+    meta["tokenizer.ggml.token_type"] = np.asarray(meta["tokenizer.ggml.token_type"], np.int32)
+    tok = Tokenizer.from_gguf_metadata(meta)
+    text = "The quick brown fox 大模型"
+    assert tok.encode(text) == tokenizer("gemma3-270m-q4_k_m").encode(text)
+
+
+def test_model_facts():
+    gemma = tokenizer("gemma3-270m-q4_k_m")
+    assert gemma.add_bos and not gemma.add_eos and gemma.bos_token == "<bos>"
+    assert gemma.token_id("<end_of_turn>") in gemma.eot_ids
+    for key in ("smollm2-135m-q4_1", "qwen2.5-coder-0.5b-q4_k_m"):
+        tok = tokenizer(key)
+        assert not tok.add_bos and not tok.add_eos
+        assert tok.token_id("<|im_end|>") in tok.eot_ids
+        assert tok.token_id("<|im_start|>") not in tok.eot_ids
+    assert tokenizer("qwen2.5-coder-0.5b-q4_k_m").chat_template
+
+
+def test_spm_piece_cutting_is_exact(shared_dir):
+    """Gemma's SPM cuts text where no token can span; merging whole fragments agrees."""
+    tok = tokenizer("gemma3-270m-q4_k_m")
+    text = CORPUS.read_text(encoding="utf-8")[:12000] + " a  >▁b ▁▁c"
+    spm = tok._spm
+    for start, end in (f for f in tok._partition(text, False) if not isinstance(f, int)):
+        piece = text[start:end].replace(" ", "\u2581")
+        assert spm.encode(piece) == spm._encode_piece(piece), piece
+
+
+def test_bad_input():
+    meta = metadata("smollm2-135m-q4_1")
+    with pytest.raises(ValueError, match="tokenizer.ggml.model"):
+        Tokenizer.from_gguf_metadata({**meta, "tokenizer.ggml.model": "bert"})
+    with pytest.raises(ValueError, match="pre-tokenizer"):
+        Tokenizer.from_gguf_metadata({**meta, "tokenizer.ggml.pre": "no-such-pre"})
+    no_tokens = {k: v for k, v in meta.items() if k != "tokenizer.ggml.tokens"}
+    with pytest.raises(ValueError, match="tokenizer.ggml.tokens"):
+        Tokenizer.from_gguf_metadata(no_tokens)
+    no_merges = {k: v for k, v in meta.items() if k != "tokenizer.ggml.merges"}
+    with pytest.raises(ValueError, match="merges"):
+        Tokenizer.from_gguf_metadata(no_merges)
+    with pytest.raises(TypeError):
+        Tokenizer.from_gguf_metadata(["not", "a", "mapping"])
+    tok = tokenizer("smollm2-135m-q4_1")
+    with pytest.raises(TypeError):
+        tok.encode(b"bytes")
+    with pytest.raises(ValueError, match="out of range"):
+        tok.decode([tok.n_vocab])
+    with pytest.raises(ValueError, match="out of range"):
+        tok.token_to_bytes(-1)
+
+
+# Scripts mixed on purpose; no '~' (llama.cpp's collapsed \p{S} lacks it) and no non-ASCII
+# whitespace (llama.cpp maps it to \v before its own, non-Unicode regex engine).
+_SPLIT_SAMPLES = (
+    "Hello world! It's 2024; we'll see 12345 items.\n\n  Indented   text\twith tabs\r\nend  ",
+    "café naïve Straße 123abc ABC's don't I'M YOU'LL",
+    "def f(x):\n    return x**2 + 1_000\n",
+    "大模型推理 优化123 テキスト Привет, мир! مرحبا ١٢٣",
+    "...!!!???---___===+++ $100 50% #tag @u <b>|^`",
+)
+# These use [^a-z] lookaheads that llama.cpp's collapsed text only honours for ASCII letters.
+_ASCII_ONLY_PRE = {"gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2", "tekken"}
+
+
+def _unicode_regex_split(regex_module, text: str, patterns) -> list[str]:
+    bounds = [(0, len(text))]
+    for pattern in patterns:
+        compiled = regex_module.compile(pattern)
+        refined = []
+        for start, end in bounds:
+            prev = start
+            for m in compiled.finditer(text, start, end):
+                if m.start() > prev:
+                    refined.append((prev, m.start()))
+                if m.end() > m.start():
+                    refined.append(m.span())
+                prev = m.end()
+            if prev < end:
+                refined.append((prev, end))
+        bounds = refined
+    return [text[s:e] for s, e in bounds]
+
+
+def test_pre_tokenizer_regexes_match_a_unicode_regex_engine():
+    """Every known pre-tokenizer splits ordinary text like a real \\p{..} regex engine."""
+    regex_module = pytest.importorskip("regex")
+    from localllm.tokenizer_pretok import (pre_tokenizer_spec, split_words,
+                                           supported_pre_tokenizers)
+
+    names = supported_pre_tokenizers()
+    assert {"default", "gpt-2", "llama-bpe", "qwen2", "smollm"} <= set(names)
+    for name in names:
+        spec = pre_tokenizer_spec(name)
+        for text in _SPLIT_SAMPLES:
+            if name in _ASCII_ONLY_PRE and not text.isascii():
+                continue
+            want = _unicode_regex_split(regex_module, text, spec.regexes)
+            assert split_words(text, spec.regexes) == want, (name, text)
+
+
+def test_clean_up_spaces_rules():
+    """llama_detokenize's clean-up for BPE vocabularies that ask for it (gpt-2, llama3...)."""
+    from localllm.tokenizer import _clean_up_spaces
+
+    assert _clean_up_spaces(b"Hi , you ! Ok ? Yes .") == b"Hi, you! Ok? Yes."
+    assert _clean_up_spaces(b"x ' y") == b"x'y"
+    assert _clean_up_spaces(b"it 's we 're they 've I 'm") == b"it's we're they've I'm"
+    assert _clean_up_spaces(b"don 't we 'd you 'll") == b"don 't we 'd you 'll"
+    assert _clean_up_spaces(b"") == b""
+
+
+def test_phi3_special_tokens_strip_following_spaces():
+    """llama.cpp gives phi-3 special tokens RSTRIP: spaces after them are dropped."""
+    meta = metadata("smollm2-135m-q4_1")
+    plain = Tokenizer.from_gguf_metadata(meta)
+    phi3 = Tokenizer.from_gguf_metadata({**meta, "general.name": "Phi-3-mini"})
+    start = plain.token_id("<|im_start|>")
+    text = "<|im_start|>  user"
+    assert phi3.encode(text, add_special=False, parse_special=True) == \
+        [start] + plain.encode("user", add_special=False)
+    assert plain.encode(text, add_special=False, parse_special=True) == \
+        [start] + plain.encode("  user", add_special=False)
