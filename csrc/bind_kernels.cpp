@@ -167,20 +167,28 @@ double read_bandwidth_py(int64_t nbytes, int n_threads, int reps) {
     return best;
 }
 
-// Mean wall time (ns) of ThreadPool::run with an empty job, after `iters` warm-up calls.
-double dispatch_latency_ns_py(int n_threads, int iters) {
+// Mean wall time (ns) of ThreadPool::run minus the job's own duration: every share busy-waits
+// for work_ns (0: empty job), like a small decode kernel, after `iters` warm-up calls.
+double dispatch_latency_ns_py(int n_threads, int iters, double work_ns) {
     if (iters < 1) throw std::invalid_argument("iters must be >= 1");
+    if (work_ns < 0) throw std::invalid_argument("work_ns must be >= 0");
     SharedPool& sp = shared_pool(n_threads);
     py::gil_scoped_release nogil;
     std::lock_guard<std::mutex> lock(sp.busy);
     std::atomic<int> touched{0};
-    auto job = [&](int, int) { touched.fetch_add(1, std::memory_order_relaxed); };
+    const auto work = std::chrono::nanoseconds((int64_t)work_ns);
+    auto job = [&](int, int) {
+        const auto t0 = std::chrono::steady_clock::now();
+        while (std::chrono::steady_clock::now() - t0 < work) {
+        }
+        touched.fetch_add(1, std::memory_order_relaxed);
+    };
     for (int i = 0; i < iters; ++i) sp.pool.run(job);
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < iters; ++i) sp.pool.run(job);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (touched.load() != 2 * iters * n_threads) throw std::runtime_error("thread pool lost a job");
-    return s / iters * 1e9;
+    return s / iters * 1e9 - work_ns;
 }
 
 }  // namespace
@@ -212,5 +220,6 @@ void register_kernels(py::module_& m) {
     m.def("read_bandwidth", &read_bandwidth_py, py::arg("nbytes"), py::arg("n_threads") = 2, py::arg("reps") = 3,
           "Streaming read bandwidth in GB/s (best of reps) over an nbytes buffer with n_threads threads.");
     m.def("threadpool_dispatch_ns", &dispatch_latency_ns_py, py::arg("n_threads") = 2, py::arg("iters") = 2000,
-          "Mean nanoseconds per ThreadPool::run of an empty job.");
+          py::arg("work_ns") = 0.0,
+          "Mean overhead in ns of ThreadPool::run (wall time minus work_ns) when each share busy-waits work_ns.");
 }

@@ -83,7 +83,7 @@ void matmul_q(ThreadPool& pool, GGMLType wtype, const void* W, int64_t N, int64_
 
     const uint8_t* w = (const uint8_t*)W;
     const uint8_t* x = (const uint8_t*)Xq;
-    const int64_t R = ks->max_r, C = ks->max_c;
+    const int64_t R = M == 1 ? ks->decode_r : ks->max_r, C = ks->max_c;
     auto work = [&](int ith, int nth) {
         const int64_t per = (N + nth - 1) / nth;
         const int64_t chunk = (per + kRowAlign - 1) / kRowAlign * kRowAlign;

@@ -1,5 +1,415 @@
-// dot_avx2.cpp — (placeholder during bring-up)
+// dot_avx2.cpp — AVX2 + FMA + F16C tile kernels (no VNNI, so they run on any AVX2 CPU).
+// Scalar references: dot_scalar.cpp.
+//
+// Legacy blocks go one block (32 quants = one ymm) per step. Signed x signed byte products use
+// the vpsignb trick (|w| x sign(y, w), then vpmaddubsw: |w| <= 128 and |y| <= 127 keep the
+// int16 pair sums below 32767) and vpmaddwd with ones to int32; the 8 lanes are converted and
+// accumulated with the block's scale product in one FMA. K-quants multiply the int16 pair sums
+// by the sub-block scales with vpmaddwd and keep a super-block's sums in int32.
 #include "dot_impl.h"
-namespace lll { namespace kern {
+
+#if LLL_BUILD_AVX2
+#include <immintrin.h>
+#include <string.h>
+
+namespace lll {
+namespace kern {
+// Named, not anonymous: GCC gives templates instantiated on alias templates from an anonymous
+// namespace external (weak) linkage, so equally named tiles of two files would be merged.
+namespace avx2_impl {
+
+inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
+inline uint16_t load_u16(const uint8_t* p) { uint16_t v; memcpy(&v, p, 2); return v; }
+
+inline float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+// 16 bytes of nibbles -> 32 bytes: low nibbles (elements 0..15), then high nibbles (16..31).
+inline __m256i unpack_nibbles_16(const uint8_t* p) {
+    const __m128i b = _mm_loadu_si128((const __m128i*)p);
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(b, 4), b), _mm256_set1_epi8(0x0F));
+}
+
+// Bit j of the 32 bits at p -> byte j is 0xFF when set, 0 otherwise.
+inline __m256i bits_to_bytes(const uint8_t* p) {
+    uint32_t bits;
+    memcpy(&bits, p, 4);
+    const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits),
+        _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0));
+    const __m256i probe = _mm256_set1_epi64x(0x8040201008040201);
+    return _mm256_cmpeq_epi8(_mm256_and_si256(spread, probe), probe);
+}
+
+// Sum of products of signed bytes, as 8 int32 lanes (pairs of 4 products).
+inline __m256i dot_i8(__m256i w, __m256i y) {
+    const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(y, w));
+    return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+}
+
+// Unsigned weight bytes (< 128) times signed activation bytes, as 8 int32 lanes.
+inline __m256i dot_u8(__m256i w, __m256i y) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(w, y), _mm256_set1_epi16(1));
+}
+
+// ---- legacy block steps: W = one weight block, X = one activation block ----------------------
+
+struct Q4_0Step {
+    static constexpr int kW = sizeof(block_q4_0), kX = sizeof(block_q8_0);
+    static constexpr bool kMin = false;
+    struct W { __m256i q; float d, m; };
+    static W load_w(const uint8_t* p) {
+        return {_mm256_sub_epi8(unpack_nibbles_16(p + 2), _mm256_set1_epi8(8)), h2f(load_u16(p)), 0.0f};
+    }
+    static __m256i dot(const W& w, __m256i y) { return dot_i8(w.q, y); }
+};
+
+struct Q4_1Step {
+    static constexpr int kW = sizeof(block_q4_1), kX = sizeof(block_q8_1);
+    static constexpr bool kMin = true;
+    struct W { __m256i q; float d, m; };
+    static W load_w(const uint8_t* p) { return {unpack_nibbles_16(p + 4), h2f(load_u16(p)), h2f(load_u16(p + 2))}; }
+    static __m256i dot(const W& w, __m256i y) { return dot_u8(w.q, y); }
+};
+
+struct Q5_0Step {
+    static constexpr int kW = sizeof(block_q5_0), kX = sizeof(block_q8_0);
+    static constexpr bool kMin = false;
+    struct W { __m256i q; float d, m; };
+    static W load_w(const uint8_t* p) {
+        const __m256i hi = _mm256_and_si256(bits_to_bytes(p + 2), _mm256_set1_epi8(16));
+        const __m256i q = _mm256_or_si256(unpack_nibbles_16(p + 6), hi);
+        return {_mm256_sub_epi8(q, _mm256_set1_epi8(16)), h2f(load_u16(p)), 0.0f};
+    }
+    static __m256i dot(const W& w, __m256i y) { return dot_i8(w.q, y); }
+};
+
+struct Q5_1Step {
+    static constexpr int kW = sizeof(block_q5_1), kX = sizeof(block_q8_1);
+    static constexpr bool kMin = true;
+    struct W { __m256i q; float d, m; };
+    static W load_w(const uint8_t* p) {
+        const __m256i hi = _mm256_and_si256(bits_to_bytes(p + 4), _mm256_set1_epi8(16));
+        return {_mm256_or_si256(unpack_nibbles_16(p + 8), hi), h2f(load_u16(p)), h2f(load_u16(p + 2))};
+    }
+    static __m256i dot(const W& w, __m256i y) { return dot_u8(w.q, y); }
+};
+
+struct Q8_0Step {
+    static constexpr int kW = sizeof(block_q8_0), kX = sizeof(block_q8_0);
+    static constexpr bool kMin = false;
+    struct W { __m256i q; float d, m; };
+    static W load_w(const uint8_t* p) { return {_mm256_loadu_si256((const __m256i*)(p + 2)), h2f(load_u16(p)), 0.0f}; }
+    static __m256i dot(const W& w, __m256i y) { return dot_i8(w.q, y); }
+};
+
+// Activation blocks: Q8_0 (d, qs) or Q8_1 (d, s, qs).
+template <int kX>
+struct ActBlock {
+    __m256i q;
+    float d, s;
+    static ActBlock load(const uint8_t* p) {
+        constexpr int qs = kX == (int)sizeof(block_q8_1) ? 4 : 2;
+        return {_mm256_loadu_si256((const __m256i*)(p + qs)), h2f(load_u16(p)),
+                qs == 4 ? h2f(load_u16(p + 2)) : 0.0f};
+    }
+};
+
+template <class S, int R, int C>
+struct LegacyTile {
+    static void run(int64_t k, const uint8_t* w, size_t ws, const uint8_t* x, size_t xs, float* y, int64_t ldy) {
+        __m256 acc[R][C];
+        float summ[R][C];   // sum of m_w * s_x (Q4_1 / Q5_1)
+        for (int r = 0; r < R; ++r)
+            for (int c = 0; c < C; ++c) { acc[r][c] = _mm256_setzero_ps(); summ[r][c] = 0.0f; }
+        for (int64_t b = 0; b < k / 32; ++b) {
+            ActBlock<S::kX> xv[C];
+            for (int c = 0; c < C; ++c) xv[c] = ActBlock<S::kX>::load(x + c * xs + b * S::kX);
+            for (int r = 0; r < R; ++r) {
+                const typename S::W wv = S::load_w(w + r * ws + b * S::kW);
+                for (int c = 0; c < C; ++c) {
+                    acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S::dot(wv, xv[c].q)),
+                                                _mm256_set1_ps(wv.d * xv[c].d), acc[r][c]);
+                    if constexpr (S::kMin) summ[r][c] += wv.m * xv[c].s;
+                }
+            }
+        }
+        for (int r = 0; r < R; ++r)
+            for (int c = 0; c < C; ++c) y[c * ldy + r] = S::kMin ? hsum8(acc[r][c]) + summ[r][c] : hsum8(acc[r][c]);
+    }
+};
+
+// ---- K-quants --------------------------------------------------------------------------------
+
+// int16 vector whose low 128 bits hold a and high 128 bits hold b (both broadcast).
+inline __m256i pair16(int a, int b) { return _mm256_set_m128i(_mm_set1_epi16((short)b), _mm_set1_epi16((short)a)); }
+
+// Q4_K / Q5_K super-block: the integer sums sum(sc * q * y) (8 int32 lanes) and sum(m * bsums).
+struct K45Sums { __m256i qy, mins; };
+
+inline K45Sums q45_K_sums(const uint8_t* scales12, const uint8_t* qs, const uint8_t* qh, const block_q8_K& x) {
+    int sc[8], mn[8];
+    for (int j = 0; j < 8; ++j) k4_scale_min(scales12, j, &sc[j], &mn[j]);
+    __m256i isum = _mm256_setzero_si256();
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    const __m256i hbits = qh ? _mm256_loadu_si256((const __m256i*)qh) : _mm256_setzero_si256();
+    for (int j = 0; j < 4; ++j) {
+        const __m256i q = _mm256_loadu_si256((const __m256i*)(qs + 32 * j));
+        __m256i lo = _mm256_and_si256(q, low4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+        if (qh) {   // 5th bits: bit 2j of qh[l] for the low nibbles, bit 2j + 1 for the high ones
+            const __m256i one = _mm256_set1_epi8(1);
+            lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 2 * j), one), 4));
+            hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 2 * j + 1), one), 4));
+        }
+        const __m256i y0 = _mm256_loadu_si256((const __m256i*)(x.qs + 64 * j));
+        const __m256i y1 = _mm256_loadu_si256((const __m256i*)(x.qs + 64 * j + 32));
+        const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, y0), _mm256_set1_epi16((short)sc[2 * j]));
+        const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, y1), _mm256_set1_epi16((short)sc[2 * j + 1]));
+        isum = _mm256_add_epi32(isum, _mm256_add_epi32(p0, p1));
+    }
+    alignas(32) int16_t m16[16];
+    for (int g = 0; g < 16; ++g) m16[g] = (int16_t)mn[g / 2];
+    const __m256i bsums = _mm256_loadu_si256((const __m256i*)x.bsums);
+    return {isum, _mm256_madd_epi16(bsums, _mm256_load_si256((const __m256i*)m16))};
+}
+
+template <bool kFive>
+inline void q45_K_superblock(const uint8_t* blk, const block_q8_K& x, __m256& acc) {
+    const uint8_t* scales = blk + 4;
+    const uint8_t* qh = kFive ? blk + 4 + K_SCALE_SIZE : nullptr;
+    const uint8_t* qs = kFive ? blk + 4 + K_SCALE_SIZE + QK_K / 8 : blk + 4 + K_SCALE_SIZE;
+    const K45Sums s = q45_K_sums(scales, qs, qh, x);
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s.qy), _mm256_set1_ps(h2f(load_u16(blk)) * x.d), acc);
+    acc = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(s.mins), _mm256_set1_ps(h2f(load_u16(blk + 2)) * x.d), acc);
+}
+
+inline void q6_K_superblock(const uint8_t* blk, const block_q8_K& x, __m256& acc) {
+    const block_q6_K* b = (const block_q6_K*)blk;
+    const __m256i low4 = _mm256_set1_epi8(0x0F), two = _mm256_set1_epi8(3);
+    __m256i isum = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {
+        const __m256i ql0 = _mm256_loadu_si256((const __m256i*)(b->ql + 64 * h));
+        const __m256i ql1 = _mm256_loadu_si256((const __m256i*)(b->ql + 64 * h + 32));
+        const __m256i qh = _mm256_loadu_si256((const __m256i*)(b->qh + 32 * h));
+        // elements 128h + 32s + l: low bits from ql0 / ql1 (nibble s >> 1), high bits qh >> 2s
+        const __m256i q[4] = {
+            _mm256_or_si256(_mm256_and_si256(ql0, low4), _mm256_slli_epi16(_mm256_and_si256(qh, two), 4)),
+            _mm256_or_si256(_mm256_and_si256(ql1, low4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), two), 4)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), two), 4)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), two), 4)),
+        };
+        for (int s = 0; s < 4; ++s) {
+            const int g = 8 * h + 2 * s;   // 16-element groups g, g + 1
+            const __m256i y = _mm256_loadu_si256((const __m256i*)(x.qs + 128 * h + 32 * s));
+            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(q[s], y),
+                                                            pair16(b->scales[g], b->scales[g + 1])));
+        }
+    }
+    // quants are stored + 32: subtract 32 * sum(sc * bsums), exactly, in int32
+    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)b->scales));
+    const __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)x.bsums), sc16);
+    isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(off, 5));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(h2f(b->d) * x.d), acc);
+}
+
+inline void q2_K_superblock(const uint8_t* blk, const block_q8_K& x, __m256& acc) {
+    const block_q2_K* b = (const block_q2_K*)blk;
+    const __m256i three = _mm256_set1_epi8(3);
+    __m256i isum = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {
+        const __m256i q2 = _mm256_loadu_si256((const __m256i*)(b->qs + 32 * h));
+        for (int s = 0; s < 4; ++s) {   // elements 128h + 32s + l: (qs[32h + l] >> 2s) & 3
+            const int g = 8 * h + 2 * s;
+            const __m256i q = _mm256_and_si256(_mm256_srli_epi16(q2, 2 * s), three);
+            const __m256i y = _mm256_loadu_si256((const __m256i*)(x.qs + 128 * h + 32 * s));
+            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(q, y),
+                                                            pair16(b->scales[g] & 0x0F, b->scales[g + 1] & 0x0F)));
+        }
+    }
+    // mins: high nibbles of the scales, one per 16-element group, against bsums
+    const __m128i sc = _mm_loadu_si128((const __m128i*)b->scales);
+    const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc, 4), _mm_set1_epi8(0x0F)));
+    const __m256i summ = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)x.bsums), mins);
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(h2f(b->d) * x.d), acc);
+    acc = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(summ), _mm256_set1_ps(h2f(b->dmin) * x.d), acc);
+}
+
+inline void q3_K_superblock(const uint8_t* blk, const block_q8_K& x, __m256& acc) {
+    const block_q3_K* b = (const block_q3_K*)blk;
+    int sc[16];
+    q3_K_scales_unpacked(b->scales, sc);
+    const __m256i three = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+    const __m256i hm = _mm256_loadu_si256((const __m256i*)b->hmask);
+    __m256i isum = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {
+        const __m256i q3 = _mm256_loadu_si256((const __m256i*)(b->qs + 32 * h));
+        for (int s = 0; s < 4; ++s) {
+            // value = low - 4 + 4 * high = q' - 4 with q' = low | high << 2 in [0, 7]
+            const int g = 8 * h + 2 * s;
+            const __m256i low = _mm256_and_si256(_mm256_srli_epi16(q3, 2 * s), three);
+            const __m256i high = _mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + s), one);
+            const __m256i q = _mm256_or_si256(low, _mm256_slli_epi16(high, 2));
+            const __m256i y = _mm256_loadu_si256((const __m256i*)(x.qs + 128 * h + 32 * s));
+            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(q, y), pair16(sc[g], sc[g + 1])));
+        }
+    }
+    alignas(32) int16_t sc16[16];
+    for (int g = 0; g < 16; ++g) sc16[g] = (int16_t)sc[g];
+    const __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)x.bsums), _mm256_load_si256((const __m256i*)sc16));
+    isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(off, 2));   // - 4 * sum(sc * bsums), exact
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(h2f(b->d) * x.d), acc);
+}
+
+template <int kType>   // 0: Q4_K, 1: Q5_K, 2: Q6_K, 3: Q2_K, 4: Q3_K
+struct KStep {
+    static constexpr int kBytes = kType == 0 ? sizeof(block_q4_K) : kType == 1 ? sizeof(block_q5_K)
+                                : kType == 2 ? sizeof(block_q6_K) : kType == 3 ? sizeof(block_q2_K)
+                                : sizeof(block_q3_K);
+    static void superblock(const uint8_t* blk, const block_q8_K& x, __m256& acc) {
+        if constexpr (kType == 2) q6_K_superblock(blk, x, acc);
+        else if constexpr (kType == 3) q2_K_superblock(blk, x, acc);
+        else if constexpr (kType == 4) q3_K_superblock(blk, x, acc);
+        else q45_K_superblock<kType == 1>(blk, x, acc);
+    }
+};
+
+template <class S, int R, int C>
+struct KTile {
+    static void run(int64_t k, const uint8_t* w, size_t ws, const uint8_t* x, size_t xs, float* y, int64_t ldy) {
+        __m256 acc[R][C];
+        for (int r = 0; r < R; ++r)
+            for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
+        for (int64_t i = 0; i < k / QK_K; ++i)
+            for (int r = 0; r < R; ++r)
+                for (int c = 0; c < C; ++c)
+                    S::superblock(w + r * ws + i * S::kBytes, ((const block_q8_K*)(x + c * xs))[i], acc[r][c]);
+        for (int r = 0; r < R; ++r)
+            for (int c = 0; c < C; ++c) y[c * ldy + r] = hsum8(acc[r][c]);
+    }
+};
+
+// ---- plain float types -----------------------------------------------------------------------
+
+struct F32Load {
+    static constexpr int kSize = 4;
+    static __m256 load(const uint8_t* p) { return _mm256_loadu_ps((const float*)p); }
+};
+struct F16Load {
+    static constexpr int kSize = 2;
+    static __m256 load(const uint8_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)p)); }
+};
+struct BF16Load {
+    static constexpr int kSize = 2;
+    static __m256 load(const uint8_t* p) {
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)p)), 16));
+    }
+};
+
+// Two accumulators per pair (even / odd 8-element runs); the ragged end is zero-padded to 16.
+template <class L, int R, int C>
+struct FloatTile {
+    static inline void step(const uint8_t* const* w, const uint8_t* const* x, __m256 (&a0)[R][C], __m256 (&a1)[R][C]) {
+        __m256 x0[C], x1[C];
+        for (int c = 0; c < C; ++c) { x0[c] = L::load(x[c]); x1[c] = L::load(x[c] + 8 * L::kSize); }
+        for (int r = 0; r < R; ++r) {
+            const __m256 w0 = L::load(w[r]), w1 = L::load(w[r] + 8 * L::kSize);
+            for (int c = 0; c < C; ++c) {
+                a0[r][c] = _mm256_fmadd_ps(w0, x0[c], a0[r][c]);
+                a1[r][c] = _mm256_fmadd_ps(w1, x1[c], a1[r][c]);
+            }
+        }
+    }
+
+    static void run(int64_t k, const uint8_t* w, size_t ws, const uint8_t* x, size_t xs, float* y, int64_t ldy) {
+        __m256 a0[R][C], a1[R][C];
+        for (int r = 0; r < R; ++r)
+            for (int c = 0; c < C; ++c) a0[r][c] = a1[r][c] = _mm256_setzero_ps();
+        const uint8_t* wp[R];
+        const uint8_t* xp[C];
+        int64_t i = 0;
+        for (; i + 16 <= k; i += 16) {
+            for (int r = 0; r < R; ++r) wp[r] = w + r * ws + i * L::kSize;
+            for (int c = 0; c < C; ++c) xp[c] = x + c * xs + i * L::kSize;
+            step(wp, xp, a0, a1);
+        }
+        if (i < k) {
+            uint8_t wpad[R][16 * L::kSize], xpad[C][16 * L::kSize];
+            for (int r = 0; r < R; ++r) {
+                memset(wpad[r], 0, sizeof(wpad[r]));
+                memcpy(wpad[r], w + r * ws + i * L::kSize, (k - i) * L::kSize);
+                wp[r] = wpad[r];
+            }
+            for (int c = 0; c < C; ++c) {
+                memset(xpad[c], 0, sizeof(xpad[c]));
+                memcpy(xpad[c], x + c * xs + i * L::kSize, (k - i) * L::kSize);
+                xp[c] = xpad[c];
+            }
+            step(wp, xp, a0, a1);
+        }
+        for (int r = 0; r < R; ++r)
+            for (int c = 0; c < C; ++c) y[c * ldy + r] = hsum8(_mm256_add_ps(a0[r][c], a1[r][c]));
+    }
+};
+
+template <int R, int C> using Q4_0Tile = LegacyTile<Q4_0Step, R, C>;
+template <int R, int C> using Q4_1Tile = LegacyTile<Q4_1Step, R, C>;
+template <int R, int C> using Q5_0Tile = LegacyTile<Q5_0Step, R, C>;
+template <int R, int C> using Q5_1Tile = LegacyTile<Q5_1Step, R, C>;
+template <int R, int C> using Q8_0Tile = LegacyTile<Q8_0Step, R, C>;
+template <int R, int C> using Q4KTile = KTile<KStep<0>, R, C>;
+template <int R, int C> using Q5KTile = KTile<KStep<1>, R, C>;
+template <int R, int C> using Q6KTile = KTile<KStep<2>, R, C>;
+template <int R, int C> using Q2KTile = KTile<KStep<3>, R, C>;
+template <int R, int C> using Q3KTile = KTile<KStep<4>, R, C>;
+template <int R, int C> using F32Tile = FloatTile<F32Load, R, C>;
+template <int R, int C> using F16Tile = FloatTile<F16Load, R, C>;
+template <int R, int C> using BF16Tile = FloatTile<BF16Load, R, C>;
+
+}  // namespace avx2_impl
+using namespace avx2_impl;
+
+const KernelSet* avx2_kernels(GGMLType wtype) {
+    static const KernelSet q4_0 = make_tile_set<Q4_0Tile, 2, 2>(Isa::AVX2),
+                           q4_1 = make_tile_set<Q4_1Tile, 2, 2>(Isa::AVX2),
+                           q5_0 = make_tile_set<Q5_0Tile, 2, 2>(Isa::AVX2),
+                           q5_1 = make_tile_set<Q5_1Tile, 2, 2>(Isa::AVX2),
+                           q8_0 = make_tile_set<Q8_0Tile, 2, 2>(Isa::AVX2),
+                           q4_K = make_tile_set<Q4KTile, 1, 1>(Isa::AVX2),
+                           q5_K = make_tile_set<Q5KTile, 1, 1>(Isa::AVX2),
+                           q6_K = make_tile_set<Q6KTile, 1, 1>(Isa::AVX2),
+                           q2_K = make_tile_set<Q2KTile, 1, 1>(Isa::AVX2),
+                           q3_K = make_tile_set<Q3KTile, 1, 1>(Isa::AVX2),
+                           f32 = make_tile_set<F32Tile, 2, 2>(Isa::AVX2),
+                           f16 = make_tile_set<F16Tile, 2, 2>(Isa::AVX2),
+                           bf16 = make_tile_set<BF16Tile, 2, 2>(Isa::AVX2);
+    switch (wtype) {
+        case GGMLType::Q4_0: return &q4_0;
+        case GGMLType::Q4_1: return &q4_1;
+        case GGMLType::Q5_0: return &q5_0;
+        case GGMLType::Q5_1: return &q5_1;
+        case GGMLType::Q8_0: return &q8_0;
+        case GGMLType::Q4_K: return &q4_K;
+        case GGMLType::Q5_K: return &q5_K;
+        case GGMLType::Q6_K: return &q6_K;
+        case GGMLType::Q2_K: return &q2_K;
+        case GGMLType::Q3_K: return &q3_K;
+        case GGMLType::F32: return &f32;
+        case GGMLType::F16: return &f16;
+        case GGMLType::BF16: return &bf16;
+        default: return nullptr;
+    }
+}
+
+}  // namespace kern
+}  // namespace lll
+
+#else   // !LLL_BUILD_AVX2
+namespace lll {
+namespace kern {
 const KernelSet* avx2_kernels(GGMLType) { return nullptr; }
-} }
+}  // namespace kern
+}  // namespace lll
+#endif

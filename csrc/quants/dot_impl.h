@@ -40,7 +40,8 @@ typedef void (*TileFn)(int64_t k, const uint8_t* w, size_t w_stride, const uint8
 struct KernelSet {
     Isa isa;                               // level these kernels are written for
     VecDotFn vec_dot;                      // the 1 x 1 case with the plain VecDotFn signature
-    int max_r, max_c;                      // largest tile provided
+    int max_r, max_c;                      // largest tile provided (used for M > 1)
+    int decode_r;                          // weight rows per tile when M == 1 (<= max_r)
     TileFn tile[kMaxTile][kMaxTile];       // tile[R-1][C-1]; set for R <= max_r, C <= max_c
 };
 
@@ -49,6 +50,8 @@ struct KernelSet {
 const KernelSet* scalar_kernels(GGMLType wtype);
 const KernelSet* avx2_kernels(GGMLType wtype);
 const KernelSet* avx512_kernels(GGMLType wtype);
+const KernelSet* avx2_kquant_kernels(GGMLType wtype);     // K-quant part of avx2_kernels
+const KernelSet* avx512_kquant_kernels(GGMLType wtype);   // K-quant part of avx512_kernels
 
 // Best kernel set at or below `isa` for this weight type (falls back level by level);
 // nullptr when the type has no dot product or `isa` is not available on this CPU.
@@ -68,6 +71,16 @@ inline void k4_scale_min(const uint8_t* q, int j, int* sc, int* m) {
     } else {
         *sc = (q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4);
         *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+// The 16 6-bit scales of a Q3_K block (stored with a +32 bias), unpacked to signed ints:
+// low 4 bits from the nibbles of bytes 0..7, high 2 bits from bytes 8..11.
+inline void q3_K_scales_unpacked(const uint8_t* s, int* out) {
+    for (int g = 0; g < 16; ++g) {
+        const int low = g < 8 ? (s[g] & 0x0F) : (s[g - 8] >> 4);
+        const int high = (s[8 + (g & 3)] >> (2 * (g >> 2))) & 3;
+        out[g] = (low | (high << 4)) - 32;
     }
 }
 
@@ -95,6 +108,7 @@ struct TileTable {
         fill_row<1>(ks); fill_row<2>(ks); fill_row<3>(ks); fill_row<4>(ks);
         ks.max_r = MR;
         ks.max_c = MC;
+        ks.decode_r = MR;
     }
 };
 
@@ -104,6 +118,53 @@ struct DotTile {
     template <int R, int C>
     struct T { static void run(int64_t k, const uint8_t* w, size_t ws, const uint8_t* x, size_t xs,
                                float* y, int64_t ldy) { tile_from_vec_dot<F, R, C>(k, w, ws, x, xs, y, ldy); } };
+};
+
+// The 1 x 1 tile as a VecDotFn.
+template <template <int, int> class Tile>
+float tile_vec_dot(int64_t n, const void* w, const void* x) {
+    float y;
+    Tile<1, 1>::run(n, (const uint8_t*)w, 0, (const uint8_t*)x, 0, &y, 1);
+    return y;
+}
+
+// Kernel set of a level's Tile<R, C> family, R <= MR, C <= MC; single activation rows use
+// DR x 1 tiles (the best shape differs: with one activation row there is nothing to share
+// between weight rows, and fewer rows leave more registers).
+template <template <int, int> class Tile, int MR, int MC, int DR = MR>
+KernelSet make_tile_set(Isa isa) {
+    static_assert(DR >= 1 && DR <= MR, "decode tile");
+    KernelSet ks{};
+    ks.isa = isa;
+    ks.vec_dot = &tile_vec_dot<Tile>;
+    TileTable<Tile, MR, MC>::fill(ks);
+    ks.decode_r = DR;
+    return ks;
+}
+
+// 64-byte table for vpermb / vpermt2b: byte i = block_bytes * (i / run) + offset + i % run, i.e.
+// runs of `run` contiguous bytes taken from consecutive blocks.
+template <int kBlockBytes, int kOffset, int kRun>
+struct RunIndex {
+    struct Table { alignas(64) uint8_t v[64]; };
+    static constexpr Table make() {
+        Table t{};
+        for (int i = 0; i < 64; ++i) t.v[i] = (uint8_t)(kBlockBytes * (i / kRun) + kOffset + i % kRun);
+        return t;
+    }
+    static constexpr Table table = make();
+};
+
+// Byte offsets 0, stride, 2 * stride, ... of 16 consecutive blocks (gather indices).
+template <int kStride>
+struct StrideIndex {
+    struct Table { alignas(64) int32_t v[16]; };
+    static constexpr Table make() {
+        Table t{};
+        for (int i = 0; i < 16; ++i) t.v[i] = i * kStride;
+        return t;
+    }
+    static constexpr Table table = make();
 };
 
 }  // namespace kern

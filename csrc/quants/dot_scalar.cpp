@@ -12,7 +12,9 @@
 namespace lll {
 namespace kern {
 
-namespace {
+// Named, not anonymous: GCC gives templates instantiated on alias templates from an anonymous
+// namespace external (weak) linkage, so equally named tiles of two files would be merged.
+namespace scalar_impl {
 
 inline float h2f(fp16_t h) { return fp16_to_f32(h); }
 
@@ -128,15 +130,6 @@ float dot_q2_K(int64_t n, const void* vw, const void* vx) {
     return sumf;
 }
 
-// The 16 6-bit scales of a Q3_K block (stored with a +32 bias), unpacked to signed ints.
-inline void q3_K_scales(const uint8_t* s, int* out) {
-    for (int g = 0; g < 16; ++g) {
-        const int low = g < 8 ? (s[g] & 0x0F) : (s[g - 8] >> 4);
-        const int high = (s[8 + (g & 3)] >> (2 * (g >> 2))) & 3;
-        out[g] = (low | (high << 4)) - 32;
-    }
-}
-
 float dot_q3_K(int64_t n, const void* vw, const void* vx) {
     const block_q3_K* w = (const block_q3_K*)vw;
     const block_q8_K* x = (const block_q8_K*)vx;
@@ -153,7 +146,7 @@ float dot_q3_K(int64_t n, const void* vw, const void* vx) {
                     q[128 * h + 32 * s + l] = (int8_t)(low - (high ? 0 : 4));
                 }
         int sc[16];
-        q3_K_scales(w[i].scales, sc);
+        q3_K_scales_unpacked(w[i].scales, sc);
         int isum = 0;
         for (int g = 0; g < 16; ++g) isum += sc[g] * dot16(q + 16 * g, x[i].qs + 16 * g);
         sumf += (h2f(w[i].d) * x[i].d) * (float)isum;
@@ -262,7 +255,8 @@ KernelSet make_scalar_set() {
     return ks;
 }
 
-}  // namespace
+}  // namespace scalar_impl
+using namespace scalar_impl;
 
 const KernelSet* scalar_kernels(GGMLType wtype) {
     static const KernelSet q4_0 = make_scalar_set<dot_q4_0>(), q4_1 = make_scalar_set<dot_q4_1>(),

@@ -95,15 +95,16 @@ class LLM:
             raise ValueError(f"n_batch must be >= 1, got {n_batch}")
         self.model_path = Path(hub.resolve_model(model_path))
         self.gguf = GGUFFile(str(self.model_path))
-        meta = self.gguf.metadata
-        self.tokenizer = Tokenizer.from_gguf_metadata(meta)
-        self.chat_template: str | None = meta.get("tokenizer.chat_template")
         self.n_threads = n_threads or default_threads()
         self.n_ctx = n_ctx
         self.n_batch = n_batch
         self.seed = seed
         n_blocks = -(-n_ctx // kv_block_size) + 1          # + the null block
+        # The model first: it names an unsupported architecture before anything else fails.
         self._model = _core.Model(str(self.model_path), self.n_threads, n_blocks, kv_block_size)
+        meta = self.gguf.metadata
+        self.tokenizer = Tokenizer.from_gguf_metadata(meta)
+        self.chat_template: str | None = meta.get("tokenizer.chat_template")
         self._pool = BlockPool(n_blocks, kv_block_size)
         self.hparams: dict = self._model.hparams
         self.n_vocab: int = self.hparams["n_vocab"]

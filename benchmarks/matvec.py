@@ -1,0 +1,134 @@
+"""Matrix-vector (decode) and matrix-matrix (prefill) throughput of localllm's CPU kernels.
+
+Decode shape: one activation row times a weight matrix much larger than the last-level cache
+(default 1.2 GB of weight bytes, K = 4096), so every call streams the weights from DRAM; the
+figure of merit is GB/s of weight bytes, compared with the machine's streaming read bandwidth
+measured in the same run by _core.read_bandwidth (a C++ loop on the same thread pool).
+Prefill shape: M = 512 activation rows, N = K = 4096, reported in GOP/s (2 * M * N * K / s).
+
+Weights are random valid blocks (gguf-py quantization of normal values for the legacy and
+float types, random bytes with sane f16 scales for the K-quants), tiled to the requested size.
+Timings are the best of --reps calls (the machine may be shared; the best call is the one
+least disturbed).
+
+    PYTHONPATH=python python3 benchmarks/matvec.py [--types Q4_0,Q4_K] [--gb 1.2] [--threads 2]
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+from gguf import GGML_QUANT_SIZES
+from gguf import GGMLQuantizationType as T
+from gguf.quants import quantize
+
+from localllm import _core
+
+__all__ = ["main", "make_weight_tile", "tiled_weights"]
+
+DEFAULT_TYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
+                 "F16", "BF16", "F32"]
+KQUANTS = {T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K}
+
+
+def row_bytes(t: T, k: int) -> int:
+    """Bytes of one row of k elements of type t."""
+    block, size = GGML_QUANT_SIZES[t]
+    return k // block * size
+
+
+def make_weight_tile(t: T, rows: int, k: int, rng: np.random.Generator) -> np.ndarray:
+    """[rows, row_bytes] uint8: random valid weight rows of type t."""
+    if t in KQUANTS:
+        size = GGML_QUANT_SIZES[t][1]
+        raw = rng.integers(0, 256, size=(rows * k // 256, size), dtype=np.uint8)
+        d = rng.uniform(0.002, 0.05, size=(raw.shape[0], 2)).astype(np.float16).view(np.uint8)
+        if t in (T.Q4_K, T.Q5_K):
+            raw[:, 0:4] = d
+        elif t == T.Q2_K:
+            raw[:, 80:84] = d
+        else:
+            raw[:, size - 2:] = d[:, :2]
+        return raw.reshape(rows, -1)
+    w = (rng.standard_normal((rows, k)) * 0.05).astype(np.float32)
+    if t == T.F32:
+        return w.view(np.uint8)
+    return np.ascontiguousarray(quantize(w, t)).view(np.uint8).reshape(rows, -1)
+
+
+def tiled_weights(t: T, n_rows: int, k: int, rng: np.random.Generator, tile_rows: int = 256) -> np.ndarray:
+    """[n_rows, row_bytes] uint8 made by repeating a tile of random valid rows."""
+    tile = make_weight_tile(t, tile_rows, k, rng)
+    reps = -(-n_rows // tile_rows)
+    return np.ascontiguousarray(np.tile(tile, (reps, 1))[:n_rows])
+
+
+def best_time(fn, reps: int) -> float:
+    """Best wall time of reps calls (after one warm-up call)."""
+    fn()
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def bench_decode(t: T, k: int, gbytes: float, threads: int, reps: int, rng: np.random.Generator) -> float:
+    """GB/s of weight bytes for one activation row times a gbytes-sized weight matrix."""
+    n = int(gbytes * 1e9) // row_bytes(t, k)
+    w = tiled_weights(t, n, k, rng)
+    x = rng.standard_normal((1, k)).astype(np.float32)
+    secs = best_time(lambda: _core.matmul(w, int(t), n, k, x, threads), reps)
+    return w.nbytes / secs / 1e9
+
+
+def bench_prefill(t: T, m: int, n: int, k: int, threads: int, reps: int, rng: np.random.Generator) -> float:
+    """GOP/s (2 M N K / s) of an [M, K] x [N, K]^T matmul."""
+    w = tiled_weights(t, n, k, rng)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    secs = best_time(lambda: _core.matmul(w, int(t), n, k, x, threads), reps)
+    return 2.0 * m * n * k / secs / 1e9
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--types", default=",".join(DEFAULT_TYPES), help="comma-separated weight types")
+    ap.add_argument("--gb", type=float, default=1.2, help="decode weight matrix size in GB (>= 4x L3)")
+    ap.add_argument("--k", type=int, default=4096, help="row length K")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--prefill-m", type=int, default=512, help="activation rows of the prefill shape (0: skip)")
+    args = ap.parse_args()
+    types = [T[name.strip()] for name in args.types.split(",") if name.strip()]
+    rng = np.random.default_rng(0)
+
+    isa = _core.isa_name(_core.best_isa())
+    bw = _core.read_bandwidth(int(args.gb * 1e9), args.threads, args.reps)
+    lat = _core.threadpool_dispatch_ns(args.threads, 2000)
+    lat_busy = _core.threadpool_dispatch_ns(args.threads, 2000, 20000.0)
+    print(f"kernels: {isa}; threads: {args.threads}; K = {args.k}; decode weights: {args.gb:.2f} GB")
+    print(f"streaming read bandwidth ({args.threads} threads): {bw:.1f} GB/s")
+    print(f"thread-pool dispatch overhead: {lat / 1000:.2f} us (empty job), "
+          f"{lat_busy / 1000:.2f} us (20 us of work per thread)\n")
+
+    print("type | GB/s | % of read bandwidth")
+    print("--- | --- | ---")
+    for t in types:
+        gbs = bench_decode(t, args.k, args.gb, args.threads, args.reps, rng)
+        print(f"{t.name} | {gbs:.1f} | {100 * gbs / bw:.0f}%", flush=True)
+    # bandwidth again: the machine may be shared, so show whether it moved during the run
+    print(f"\nread bandwidth after the runs: {_core.read_bandwidth(int(args.gb * 1e9), args.threads, args.reps):.1f} GB/s")
+
+    if args.prefill_m > 0:
+        print(f"\nprefill: M = {args.prefill_m}, N = K = {args.k}\n")
+        print("type | GOP/s")
+        print("--- | ---")
+        for t in types:
+            gops = bench_prefill(t, args.prefill_m, args.k, args.k, args.threads, max(2, args.reps // 2), rng)
+            print(f"{t.name} | {gops:.1f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
