@@ -112,11 +112,14 @@ class Checkpoint:
             raise CheckpointError(f"{self.dir} has no config.json (not a Hugging Face checkpoint)")
         self.config: dict[str, Any] = _read_json(config_path)
         self.tensors: dict[str, TensorRef] = self._index_weights()
+        self._json_cache: dict[str, Any] = {}
 
     def json(self, filename: str) -> Any | None:
-        """Another JSON file of the checkpoint (None when absent)."""
-        path = self.dir / filename
-        return _read_json(path) if path.is_file() else None
+        """Another JSON file of the checkpoint (None when absent); parsed once, shared."""
+        if filename not in self._json_cache:
+            path = self.dir / filename
+            self._json_cache[filename] = _read_json(path) if path.is_file() else None
+        return self._json_cache[filename]
 
     def file(self, filename: str) -> Path | None:
         path = self.dir / filename

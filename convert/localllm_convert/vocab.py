@@ -54,14 +54,20 @@ class Vocab:
 
     def write(self, writer) -> None:
         """Add the tokenizer.* keys to a gguf.GGUFWriter."""
+        from gguf import GGUFValueType as VT
+
+        def add_array(key: str, values: list, sub_type) -> None:
+            # with the element type given, gguf-py skips checking the type of every element
+            writer.add_key_value(key, values, VT.ARRAY, sub_type=sub_type)
+
         writer.add_tokenizer_model(self.model)
         writer.add_tokenizer_pre(self.pre)
-        writer.add_token_list(self.tokens)
+        add_array("tokenizer.ggml.tokens", self.tokens, VT.STRING)
         if self.scores is not None:
-            writer.add_token_scores(self.scores)
-        writer.add_token_types([int(t) for t in self.types])
+            add_array("tokenizer.ggml.scores", [float(s) for s in self.scores], VT.FLOAT32)
+        add_array("tokenizer.ggml.token_type", [int(t) for t in self.types], VT.INT32)
         if self.merges:
-            writer.add_token_merges(self.merges)
+            add_array("tokenizer.ggml.merges", self.merges, VT.STRING)
         for typ, tid in self.special_ids.items():
             writer.add_uint32(f"tokenizer.ggml.{typ}_token_id", tid)
         for typ, value in self.add_special.items():
@@ -160,7 +166,7 @@ def load_vocab(checkpoint, vocab_size: int | None, prefer_spm: bool = True) -> V
     if spm_path is not None and (prefer_spm or tok_json is None):
         vocab = load_spm_vocab(spm_path, checkpoint, vocab_size)
     elif tok_json is not None:
-        vocab = load_bpe_vocab(tok_json, vocab_size)
+        vocab = load_bpe_vocab(tok_json, vocab_size, checkpoint.file("tokenizer.json"))
     else:
         raise VocabError(f"{checkpoint.dir} has no tokenizer (tokenizer.json or tokenizer.model)")
     load_special_tokens(checkpoint, vocab)

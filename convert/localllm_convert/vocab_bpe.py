@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 from hashlib import sha256
+from pathlib import Path
 from typing import Any
 
 from .vocab import TokenType, Vocab, VocabError, looks_special
@@ -72,11 +73,14 @@ def _structural_pre(pre_tokenizer: dict | None) -> str | None:
     return None
 
 
-def detect_pre_tokenizer(tokenizer_json: dict[str, Any]) -> str:
-    """``tokenizer.ggml.pre`` for a byte-level BPE tokenizer.json (ValueError when unknown)."""
+def detect_pre_tokenizer(tokenizer_json: dict[str, Any], path: Path | None = None) -> str:
+    """``tokenizer.ggml.pre`` for a byte-level BPE tokenizer.json (ValueError when unknown).
+
+    ``path``: the file ``tokenizer_json`` was read from (loading it directly is faster)."""
     from tokenizers import Tokenizer
     try:
-        tokenizer = Tokenizer.from_str(json.dumps(tokenizer_json))
+        tokenizer = Tokenizer.from_file(str(path)) if path is not None \
+            else Tokenizer.from_str(json.dumps(tokenizer_json))
         ids = tokenizer.encode(CHECK_TEXT).ids
     except Exception as e:  # the tokenizers library raises its own exception type
         raise VocabError(f"tokenizer.json cannot be loaded by the tokenizers library: {e}") from None
@@ -108,7 +112,8 @@ def _merges(model: dict[str, Any]) -> list[str]:
     return out
 
 
-def load_bpe_vocab(tokenizer_json: dict[str, Any], vocab_size: int | None) -> Vocab:
+def load_bpe_vocab(tokenizer_json: dict[str, Any], vocab_size: int | None,
+                   path: Path | None = None) -> Vocab:
     """Tokens, types and merges of a byte-level BPE tokenizer.json.
 
     Ids missing from the tokenizer up to ``vocab_size`` (the embedding rows) become
@@ -144,5 +149,5 @@ def load_bpe_vocab(tokenizer_json: dict[str, Any], vocab_size: int | None) -> Vo
         else:
             tokens.append(by_id[i])
             types.append(TokenType.NORMAL)
-    return Vocab(model="gpt2", pre=detect_pre_tokenizer(tokenizer_json), tokens=tokens,
+    return Vocab(model="gpt2", pre=detect_pre_tokenizer(tokenizer_json, path), tokens=tokens,
                  types=types, merges=_merges(model))

@@ -16,6 +16,7 @@ from .vocab import TokenType, Vocab, VocabError, looks_special
 __all__ = ["SentencePieceModel", "parse_sentencepiece", "load_spm_vocab"]
 
 _WIRE_VARINT, _WIRE_I64, _WIRE_LEN, _WIRE_I32 = 0, 1, 2, 5
+_F32 = struct.Struct("<f")
 
 
 def _varint(buf: bytes, pos: int) -> tuple[int, int]:
@@ -63,28 +64,73 @@ class SentencePieceModel:
         self.add_dummy_prefix = add_dummy_prefix
 
 
+def _parse_piece(msg: bytes) -> tuple[str, float, int]:
+    """One SentencePiece message: (piece, score, type)."""
+    # Fast path for the usual encoding: piece (short), then score, then maybe type.
+    size = len(msg)
+    if size > 1 and msg[0] == 0x0A and msg[1] < 0x80:
+        pos = 2 + msg[1]
+        piece, score, kind = msg[2:pos], 0.0, int(TokenType.NORMAL)
+        if pos + 5 <= size and msg[pos] == 0x15:
+            score = _F32.unpack_from(msg, pos + 1)[0]
+            pos += 5
+        if pos + 2 <= size and msg[pos] == 0x18 and msg[pos + 1] < 0x80:
+            kind = msg[pos + 1]
+            pos += 2
+        if pos == size:
+            return piece.decode("utf-8"), score, kind
+    piece, score, kind = "", 0.0, int(TokenType.NORMAL)
+    for n, w, v in _fields(msg):
+        if n == 1 and w == _WIRE_LEN:
+            piece = v.decode("utf-8")
+        elif n == 2 and w == _WIRE_I32:
+            score = struct.unpack("<f", v)[0]
+        elif n == 3 and w == _WIRE_VARINT:
+            kind = v
+    return piece, score, kind
+
+
 def parse_sentencepiece(data: bytes) -> SentencePieceModel:
-    """Decode a serialized sentencepiece ModelProto."""
+    """Decode a serialized sentencepiece ModelProto.
+
+    The top-level loop reads the (hundreds of thousands of) piece fields inline, with the
+    common one-byte length varint decoded directly; the rest goes through :func:`_fields`.
+    """
     pieces: list[tuple[str, float, int]] = []
     add_dummy_prefix = True        # the proto default
-    for number, wire, value in _fields(data):
-        if number == 1 and wire == _WIRE_LEN:
-            piece, score, kind = "", 0.0, int(TokenType.NORMAL)
-            for n, w, v in _fields(value):
-                if n == 1 and w == _WIRE_LEN:
-                    piece = v.decode("utf-8")
-                elif n == 2 and w == _WIRE_I32:
-                    score = struct.unpack("<f", v)[0]
-                elif n == 3 and w == _WIRE_VARINT:
-                    kind = v
-            pieces.append((piece, score, kind))
-        elif number == 3 and wire == _WIRE_LEN:
-            for n, w, v in _fields(value):
-                if n == 3 and w == _WIRE_VARINT:
-                    add_dummy_prefix = bool(v)
+    pos, end = 0, len(data)
+    while pos < end:
+        key, pos = _varint(data, pos)
+        number, wire = key >> 3, key & 7
+        if wire != _WIRE_LEN:       # no scalar top-level field matters here: skip it
+            pos = _skip(data, pos, wire)
+            continue
+        n = data[pos] if pos < end else 0
+        if n < 0x80:
+            pos += 1
+        else:
+            n, pos = _varint(data, pos)
+        value = data[pos:pos + n]
+        pos += n
+        if pos > end:
+            raise VocabError("tokenizer.model is truncated")
+        if number == 1:
+            pieces.append(_parse_piece(value))
+        elif number == 3:
+            for fn, fw, fv in _fields(value):
+                if fn == 3 and fw == _WIRE_VARINT:
+                    add_dummy_prefix = bool(fv)
     if not pieces:
         raise VocabError("tokenizer.model has no pieces (not a SentencePiece model?)")
     return SentencePieceModel(pieces, add_dummy_prefix)
+
+
+def _skip(buf: bytes, pos: int, wire: int) -> int:
+    if wire == _WIRE_VARINT:
+        return _varint(buf, pos)[1]
+    if wire in (_WIRE_I64, _WIRE_I32):
+        return pos + (8 if wire == _WIRE_I64 else 4)
+    raise VocabError(f"tokenizer.model: unsupported protobuf wire type {wire}")
 
 
 def _piece_type(kind: int) -> TokenType:
