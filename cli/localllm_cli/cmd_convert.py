@@ -26,8 +26,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_convert)
 
 
-def print_result(result, plan: bool, out=sys.stdout) -> None:
+def print_result(result, plan: bool, out=None) -> None:
     """Print a conversion result: the per-tensor plan (when asked) and the summary."""
+    out = out if out is not None else sys.stdout
     if plan:
         for t in result.tensors:
             note = f"  (fallback from {t.fallback_from.name})" if t.fallback_from else ""

@@ -135,7 +135,8 @@ def load_bpe_vocab(tokenizer_json: dict[str, Any], vocab_size: int | None,
     tokens: list[str] = []
     types: list[int] = []
     for i in range(n):
-        if i not in by_id:
+        if i not in by_id or by_id[i] == f"[PAD{i}]":
+            # (a checkpoint rebuilt from a GGUF file carries llama.cpp's placeholders)
             tokens.append(f"[PAD{i}]")
             types.append(TokenType.UNUSED)
         elif i in added:
