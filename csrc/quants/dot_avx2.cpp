@@ -201,12 +201,12 @@ inline void q6_K_superblock(const uint8_t* blk, const block_q8_K& x, __m256& acc
         const __m256i ql1 = _mm256_loadu_si256((const __m256i*)(b->ql + 64 * h + 32));
         const __m256i qh = _mm256_loadu_si256((const __m256i*)(b->qh + 32 * h));
         // elements 128h + 32s + l: low bits from ql0 / ql1 (nibble s >> 1), high bits qh >> 2s
-        const __m256i q[4] = {
-            _mm256_or_si256(_mm256_and_si256(ql0, low4), _mm256_slli_epi16(_mm256_and_si256(qh, two), 4)),
-            _mm256_or_si256(_mm256_and_si256(ql1, low4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), two), 4)),
-            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), two), 4)),
-            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), two), 4)),
+        auto six_bits = [&](__m256i low, int s) {
+            const __m256i high = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * s), two);
+            return _mm256_or_si256(_mm256_and_si256(low, low4), _mm256_slli_epi16(high, 4));
         };
+        const __m256i q[4] = {six_bits(ql0, 0), six_bits(ql1, 1), six_bits(_mm256_srli_epi16(ql0, 4), 2),
+                              six_bits(_mm256_srli_epi16(ql1, 4), 3)};
         for (int s = 0; s < 4; ++s) {
             const int g = 8 * h + 2 * s;   // 16-element groups g, g + 1
             const __m256i y = _mm256_loadu_si256((const __m256i*)(x.qs + 128 * h + 32 * s));

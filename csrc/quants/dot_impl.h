@@ -19,7 +19,8 @@
 #endif
 
 // Compiled-in levels. AVX2 means AVX2 + FMA + F16C (no VNNI, so it runs on any AVX2 CPU);
-// AVX512 means F/BW/VL/DQ plus VNNI (vpdpbusd / vpdpwssd) and VBMI.
+// AVX512 means F/BW/VL/DQ plus VNNI (vpdpbusd / vpdpwssd), VBMI (vpermb / vpermt2b) and BMI2
+// (pext); every SIMD path that is compiled is also run, and tested, on this project's machines.
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #define LLL_BUILD_AVX2 1
 #else
@@ -59,7 +60,6 @@ struct KernelSet {
 const KernelSet* scalar_kernels(GGMLType wtype);
 const KernelSet* avx2_kernels(GGMLType wtype);
 const KernelSet* avx512_kernels(GGMLType wtype);
-const KernelSet* avx2_kquant_kernels(GGMLType wtype);     // K-quant part of avx2_kernels
 const KernelSet* avx512_kquant_kernels(GGMLType wtype);   // K-quant part of avx512_kernels
 
 // Best kernel set at or below `isa` for this weight type (falls back level by level);
