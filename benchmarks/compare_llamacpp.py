@@ -32,7 +32,13 @@ def ensure_venv() -> Path:
     if probe is None or probe.returncode != 0:
         print(f"building {LLAMA_CPP_PYTHON} into {VENV} (compiles llama.cpp; several minutes)", file=sys.stderr)
         subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
-        subprocess.run([str(py), "-m", "pip", "install", "-q", LLAMA_CPP_PYTHON], check=True)
+        # Native flags, minus AMX: CPUs that report AMX inside sandboxes whose OS grants no AMX
+        # state kill a native build with SIGILL; llama.cpp keeps its AVX-512 and repacked kernels.
+        no_amx = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+        env = dict(os.environ, CMAKE_ARGS=f"-DGGML_NATIVE=ON -DCMAKE_C_FLAGS='{no_amx}' "
+                                          f"-DCMAKE_CXX_FLAGS='{no_amx}'")
+        subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-cache-dir", LLAMA_CPP_PYTHON],
+                       check=True, env=env)
     return py
 
 
