@@ -155,13 +155,19 @@ def worker_llamacpp(path: str, threads: int, ns: list[int], n_prompt: int, n_gen
 def run_worker(python: str, engine: str, path: str, args) -> list[dict]:
     cmd = [python, __file__, "--worker", engine, "--path", path, "-t", str(args.threads),
            "-p", str(args.n_prompt), "-g", str(args.n_gen), "-N", *map(str, args.concurrency)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    env = dict(os.environ)
+    if engine == "llamacpp":
+        # llama.cpp's OpenMP workers spin between ops by default; on a machine shared with
+        # other jobs a descheduled spinner stalls every barrier (we measured 15x slower
+        # decoding). Passive waiting is the fair setting there; override by setting it.
+        env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if engine == "llamacpp" and proc.returncode == -signal.SIGILL:
         # A llama.cpp built with AMX on a machine that does not grant AMX state: retry on its
         # AVX-512 kernels, without repacked buffers.
         print("llama.cpp died with SIGILL (AMX?): retrying with use_extra_bufts off", file=sys.stderr)
         proc = subprocess.run(cmd, capture_output=True, text=True,
-                              env={**os.environ, "LOCALLLM_LLAMACPP_EXTRA_BUFTS": "0"})
+                              env={**env, "LOCALLLM_LLAMACPP_EXTRA_BUFTS": "0"})
     if proc.returncode != 0:
         raise RuntimeError(f"{engine} worker failed on {path}:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])

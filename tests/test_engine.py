@@ -208,3 +208,16 @@ def test_dropped_or_closed_streams_free_their_blocks(llm):
     del dropped
     gc.collect()
     assert not eng.has_unfinished()
+
+
+def test_a_failing_request_does_not_stop_the_others(tokenizer):
+    eng = small_engine(tokenizer, kv_blocks=32, max_batch_tokens=64, max_running=4)
+    good = eng.submit([1, 2, 3, 4, 5], SamplingParams(max_tokens=6, temperature=0.0, seed=0))
+    # Every token banned: the sampler raises when this sequence's turn comes.
+    banned = {t: float("-inf") for t in range(eng.n_vocab)}
+    bad = eng.submit([6, 7, 8], SamplingParams(max_tokens=6, temperature=0.0, seed=0, logit_bias=banned))
+    with pytest.raises(RuntimeError, match=f"request {bad} failed"):
+        eng.next_output(bad)
+    assert eng.next_output(bad) is None
+    assert sum(len(o.token_ids) for o in eng.outputs(good)) == 6
+    assert eng.pool.num_used == 0 and eng.stats.finished == 2

@@ -69,9 +69,10 @@ class RequestOutput:
     text: str                             # text completed in this step (whole UTF-8 characters)
     logprobs: list[dict] = field(default_factory=list)
     finished: bool = False
-    finish_reason: Optional[str] = None   # "stop" (end of generation / stop string), "length", "abort"
+    finish_reason: Optional[str] = None   # "stop" (EOS/EOT or a stop string), "length", "abort", "error"
     logits: Optional[np.ndarray] = None   # [n_vocab] the row this step sampled from (keep_logits)
     times: Optional[RequestTimes] = None  # the request's timings so far (shared, kept up to date)
+    error: Optional[BaseException] = None # why it failed (finish_reason "error"); next_output raises it
 
 
 @dataclass
@@ -224,6 +225,8 @@ class Engine:
             out.times = req.times
             if out.finished:
                 del self._seqs[request_id]
+            if out.error is not None:
+                raise RuntimeError(f"request {request_id} failed: {out.error}") from out.error
             return out
 
     def outputs(self, request_id: int) -> Iterator[RequestOutput]:
@@ -262,7 +265,10 @@ class Engine:
             self._count(schedule, len(tokens))
             sampled = [c.seq for c in schedule.chunks if c.wants_logits]
             for seq, row in zip(sampled, logits):
-                self._on_logits(seq, row)
+                try:
+                    self._on_logits(seq, row)
+                except Exception as e:     # e.g. NaN logits: this request fails, the others go on
+                    self._finish(seq, "error", RequestOutput(seq.seq_id, [], "", error=e), flush=False)
             return True
 
     def _batch_arrays(self, schedule: Schedule):

@@ -134,9 +134,11 @@ class Scheduler:
         for seq in decoding + prefilling:
             if seq.state is not SeqState.RUNNING:  # preempted earlier in this step
                 continue
-            n = min(seq.remaining, budget)
-            if n == 0:
+            if budget == 0:
                 break
+            n = min(seq.remaining, budget)
+            if n == 0:                             # nothing to feed (its token was not appended)
+                continue
             budget += self._reserve_or_preempt(seq, n, planned, out)
             if seq.state is SeqState.RUNNING:
                 planned[seq] = n
