@@ -25,7 +25,7 @@ from localllm.gguf import GGUFFile  # noqa: E402
 from localllm_convert import convert  # noqa: E402
 
 _OURS = r"""
-import json, resource, sys, time
+import json, sys, time
 sys.path[:0] = sys.argv[5].split(":")
 from localllm_convert import convert, quantize_gguf
 mode, src, dst, threads = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
@@ -34,8 +34,8 @@ if mode == "convert":
     convert(src, dst, type="q4_k_m", threads=threads, progress=False)
 else:
     quantize_gguf(src, dst, "q4_k_m", threads=threads, progress=False)
-print(json.dumps({"seconds": time.perf_counter() - t0,
-                  "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM:")][0].split()[1]
+print(json.dumps({"seconds": time.perf_counter() - t0, "max_rss_mb": int(hwm) / 1024}))
 """
 
 

@@ -20,16 +20,17 @@ FTYPES = {"q4_0": 2, "q4_1": 3, "q8_0": 7, "q5_0": 8, "q5_1": 9, "q4_k_s": 14, "
           "q5_k_s": 16, "q5_k_m": 17, "q6_k": 18}
 
 _LLAMACPP_QUANTIZE = r"""
-import ctypes, json, resource, sys, time, llama_cpp
+import ctypes, json, sys, time, llama_cpp
 src, dst, ftype, threads = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 params = llama_cpp.llama_model_quantize_default_params()
 params.ftype = ftype
 params.nthread = threads
 t0 = time.perf_counter()
 rc = llama_cpp.llama_model_quantize(src.encode(), dst.encode(), ctypes.byref(params))
-print(json.dumps({"rc": rc, "seconds": time.perf_counter() - t0,
-                  "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM:")][0].split()[1]
+print(json.dumps({"rc": rc, "seconds": time.perf_counter() - t0, "max_rss_mb": int(hwm) / 1024}))
 """
+# (peak RSS from VmHWM: ru_maxrss survives fork+exec, so a child would report its parent's)
 
 
 def llamacpp_python() -> Path:
