@@ -15,7 +15,7 @@ import numpy as np
 
 from .arrays import from_bf16_bits
 from .convert import ConvertResult, PlanEntry
-from .filetypes import FLOAT_TYPES, QT, QUANTIZATION_VERSION, is_quantized, preset
+from .filetypes import FLOAT_TYPES, QT, QUANTIZATION_VERSION, preset
 from .quant_rules import choose_types
 from .writer import OutputTensor, write_gguf
 
@@ -40,28 +40,36 @@ def _dequantize(raw: np.ndarray, qtype: QT, shape: tuple[int, ...]) -> np.ndarra
         return gguf.quants.dequantize(raw.reshape(-1), qtype).reshape(shape)
 
 
-def _copy_metadata(reader, writer, file_type: int) -> None:
-    """Every key/value of the input, in order, with general.file_type/quantization_version
-    replaced (or appended)."""
+def _value_type(name: str):
+    """'UINT32' / 'ARRAY[STRING]' (the native reader's names) -> (type, element type)."""
     import gguf
+    if name.startswith("ARRAY[") and name.endswith("]"):
+        inner = name[6:-1]
+        if inner.startswith("ARRAY"):
+            raise ValueError("nested metadata arrays are not supported")
+        return gguf.GGUFValueType.ARRAY, gguf.GGUFValueType[inner]
+    return gguf.GGUFValueType[name], None
+
+
+def _copy_metadata(src, writer, file_type: int) -> None:
+    """Every key/value of the input, in order and with its value type, with
+    general.file_type/quantization_version replaced (or appended)."""
     done = set()
-    for name, fld in reader.fields.items():
-        if name.startswith("GGUF.") or name in _SKIPPED_KEYS:
+    for name in src.keys():
+        if name in _SKIPPED_KEYS:
             continue
         if name == "general.file_type":
             writer.add_file_type(file_type)
         elif name == "general.quantization_version":
             writer.add_quantization_version(QUANTIZATION_VERSION)
         else:
-            vtype = fld.types[0]
-            sub = None
-            if vtype == gguf.GGUFValueType.ARRAY:
-                if len(fld.types) > 2 or not fld.types[1:]:
-                    if not fld.data:        # an empty array: element type unknown, skip it
-                        continue
-                    raise ValueError(f"metadata key {name!r}: nested arrays are not supported")
-                sub = fld.types[1]
-            writer.add_key_value(name, fld.contents(), vtype, sub)
+            vtype, sub = _value_type(src.value_type(name))
+            value = src.get(name)
+            if hasattr(value, "tolist"):
+                value = value.tolist()
+            if sub is not None and len(value) == 0:
+                continue                    # gguf-py cannot write an empty array
+            writer.add_key_value(name, value, vtype, sub)
         done.add(name)
     if "general.file_type" not in done:
         writer.add_file_type(file_type)
@@ -77,52 +85,42 @@ def quantize_gguf(in_path: str | os.PathLike, out_path: str | os.PathLike, type:
     Raises ValueError for an unknown preset, a malformed input, or a quantized input without
     ``allow_requantize``; OSError for I/O problems.
     """
-    import gguf
+    from localllm.gguf import GGUFFile
     t0 = time.perf_counter()
     chosen = preset(type)
-    src = Path(in_path)
-    if not src.is_file():
-        raise FileNotFoundError(f"input {src} does not exist")
-    if Path(out_path).resolve() == src.resolve():
+    src_path = Path(in_path)
+    if not src_path.is_file():
+        raise FileNotFoundError(f"input {src_path} does not exist")
+    if Path(out_path).resolve() == src_path.resolve():
         raise ValueError("the output must be a different file than the input")
-    try:
-        reader = gguf.GGUFReader(src)
-    except (ValueError, IndexError, KeyError) as e:
-        raise ValueError(f"{src} is not a valid GGUF file: {e}") from None
-    arch_field = reader.fields.get("general.architecture")
-    if arch_field is None:
-        raise ValueError(f"{src} has no general.architecture")
-    arch = arch_field.contents()
-    n_layer_field = reader.fields.get(f"{arch}.block_count")
-    n_layer = int(n_layer_field.contents()) if n_layer_field is not None else 0
+    src = GGUFFile(str(src_path))          # validates the whole file (GGUFError: ValueError)
+    arch = src.get("general.architecture")
+    if not arch:
+        raise ValueError(f"{src_path} has no general.architecture")
+    n_layer = int(src.get(f"{arch}.block_count", 0))
 
-    quantized = sorted({QT(t.tensor_type).name for t in reader.tensors
-                        if QT(t.tensor_type) not in FLOAT_TYPES})
+    quantized = sorted({QT(t.type).name for t in src.tensors if QT(t.type) not in FLOAT_TYPES})
     if quantized and not allow_requantize:
-        raise ValueError(f"{src.name} is already quantized ({', '.join(quantized)} tensors); "
+        raise ValueError(f"{src_path.name} is already quantized ({', '.join(quantized)} tensors); "
                          "requantizing loses quality — pass --allow-requantize to do it anyway")
-    infos = [(t.name, tuple(int(d) for d in reversed(t.shape)), QT(t.tensor_type))
-             for t in reader.tensors]
+    infos = [(t.name, tuple(int(d) for d in reversed(t.shape)), QT(t.type)) for t in src.tensors]
     choices = choose_types(infos, chosen, n_layer)
     outputs = []
-    for t, (name, shape, current), choice in zip(reader.tensors, infos, choices):
-        raw = np.asarray(t.data)
+    for t, (name, shape, current), choice in zip(src.tensors, infos, choices):
+        def raw(n=name) -> np.ndarray:
+            return np.ascontiguousarray(src.tensor_data(n)).view(np.uint8)
         if choice.qtype == current:
-            outputs.append(OutputTensor(name, shape, current, lambda r=raw: r, int(t.n_bytes),
-                                        raw=True))
+            outputs.append(OutputTensor(name, shape, current, raw, int(t.nbytes), raw=True))
         else:
-            if not is_quantized(choice.qtype) and choice.qtype not in FLOAT_TYPES:
-                raise ValueError(f"cannot convert tensor {name} to {choice.qtype.name}")
             outputs.append(OutputTensor(
                 name, shape, choice.qtype,
-                lambda r=raw, q=current, s=shape: _dequantize(r.view(np.uint8), q, s),
-                int(t.n_bytes)))
+                lambda r=raw, q=current, s=shape: _dequantize(r(), q, s), int(t.nbytes)))
     result = ConvertResult(None, arch, chosen.name,
                            [PlanEntry(o.name, o.shape, o.qtype, o.nbytes, c.fallback_from)
                             for o, c in zip(outputs, choices)],
                            input_bytes=sum(o.source_nbytes for o in outputs))
     result.output_bytes = write_gguf(out_path, arch,
-                                     lambda w: _copy_metadata(reader, w, chosen.ftype),
+                                     lambda w: _copy_metadata(src, w, chosen.ftype),
                                      outputs, threads=threads, progress=progress)
     result.path = Path(out_path)
     result.seconds = time.perf_counter() - t0

@@ -162,7 +162,7 @@ class ArchConverter:
         if rope.get("rope_theta") is not None:
             w.add_rope_freq_base(float(rope["rope_theta"]))
         w.add_layer_norm_rms_eps(hp.rms_eps)
-        if "head_dim" in self.config:
+        if self.config.get("head_dim") is not None:
             w.add_key_length(hp.head_dim)
             w.add_value_length(hp.head_dim)
 
