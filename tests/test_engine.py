@@ -35,9 +35,9 @@ def small_engine(tokenizer, kv_blocks: int, **kw) -> Engine:
 def test_generate_list_runs_concurrently_in_order(llm):
     rows = greedy_rows(KEY)
     prompts = [r["prompt_ids"] for r in rows]
-    steps0 = llm._engine.stats.steps
+    steps0 = llm.engine.stats.steps
     batched = llm.generate(prompts, max_tokens=10, temperature=0)
-    batched_steps = llm._engine.stats.steps - steps0
+    batched_steps = llm.engine.stats.steps - steps0
     assert [r.prompt_token_ids for r in batched] == prompts
     singles = [llm.generate(p, max_tokens=10, temperature=0) for p in prompts]
     for b, s, row in zip(batched, singles, rows):
@@ -56,12 +56,12 @@ def test_generate_list_runs_concurrently_in_order(llm):
 def test_concurrent_streams_both_progress(llm):
     a = llm.stream("Once upon a time", max_tokens=16, temperature=0)
     b = llm.stream("The quick brown fox", max_tokens=16, temperature=0)
-    steps0 = llm._engine.stats.steps
+    steps0 = llm.engine.stats.steps
     pieces_a, pieces_b = [], []
     for _ in range(5):                                   # alternate: both advance
         pieces_a.append(next(a))
         pieces_b.append(next(b))
-    assert llm._engine.stats.steps - steps0 <= 7          # each step fed both streams
+    assert llm.engine.stats.steps - steps0 <= 7          # each step fed both streams
     pieces_a += list(a)
     pieces_b += list(b)
     assert "".join(pieces_a) == llm.generate("Once upon a time", max_tokens=16, temperature=0).text
@@ -124,7 +124,7 @@ def test_requests_that_can_never_fit(tokenizer, llm):
     assert eng.pool.peak_used <= 2
     with pytest.raises(ValueError):
         llm.generate(["fine", [10 ** 7]], max_tokens=2)
-    assert llm._engine.pool.num_used == 0 and not llm._engine.has_unfinished()
+    assert llm.engine.pool.num_used == 0 and not llm.engine.has_unfinished()
 
 
 def test_leak_300_random_requests_with_preemption_and_aborts(tokenizer):
@@ -193,7 +193,7 @@ def test_cli_runs_several_prompts_as_one_batch(llm, tmp_path):
 
 def test_dropped_or_closed_streams_free_their_blocks(llm):
     import gc
-    eng = llm._engine
+    eng = llm.engine
     started = llm.stream("A long story about a cat:", max_tokens=64, temperature=0)
     next(started)
     assert eng.has_unfinished() and eng.pool.num_used > 0

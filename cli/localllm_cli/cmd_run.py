@@ -110,10 +110,10 @@ def run_batch(llm, ids: list[list[int]], kwargs: dict) -> int:
     wall = time.perf_counter() - t0
     n_prompt = sum(len(p) for p in ids)
     n_gen = sum(len(s.token_ids) for s in streams)
-    state = llm._engine.pool_state()
+    state = llm.engine.pool_state()
     print(f"\n[batch of {len(ids)} | prompt {n_prompt} tok | generation {n_gen} tok | {wall:.2f} s, "
           f"{n_gen / wall:.1f} t/s aggregate | peak KV {state['peak_used']} of {state['blocks']} blocks "
           f"({state['peak_kv_bytes'] / 2 ** 20:.1f} MiB) | prefix cache hits {state['hit_tokens']} tok | "
-          f"preemptions {llm._engine.stats.preemptions} | peak RSS {peak_rss_mb():.0f} MB | "
+          f"preemptions {llm.engine.stats.preemptions} | peak RSS {peak_rss_mb():.0f} MB | "
           f"{llm.n_threads} threads, {llm.isa}]", file=sys.stderr)
     return 0

@@ -262,6 +262,12 @@ class LLM:
         return TextStream(self._start(request_id, run), run)
 
     @property
+    def engine(self) -> Engine:
+        """The continuous-batching engine behind generate/stream/chat (submit, outputs, abort,
+        pool_state, stats), e.g. for a server."""
+        return self._engine
+
+    @property
     def isa(self) -> str:
         """The SIMD level the kernels run at (e.g. "avx512")."""
         return self._model.isa
