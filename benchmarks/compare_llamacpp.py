@@ -32,11 +32,26 @@ def ensure_venv() -> Path:
     if probe is None or probe.returncode != 0:
         print(f"building {LLAMA_CPP_PYTHON} into {VENV} (compiles llama.cpp; several minutes)", file=sys.stderr)
         subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
-        subprocess.run([str(py), "-m", "pip", "install", "-q", LLAMA_CPP_PYTHON], check=True)
+        # Native flags, minus AMX: CPUs that report AMX inside sandboxes whose OS grants no AMX
+        # state kill a native build with SIGILL; llama.cpp keeps its AVX-512 and repacked kernels.
+        no_amx = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+        env = dict(os.environ, CMAKE_ARGS=f"-DGGML_NATIVE=ON -DCMAKE_C_FLAGS='{no_amx}' "
+                                          f"-DCMAKE_CXX_FLAGS='{no_amx}'")
+        subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-cache-dir", LLAMA_CPP_PYTHON],
+                       check=True, env=env)
     return py
 
 
 # ---- workers: run inside a fresh process, print one JSON line ----
+
+def _peak_rss_mb() -> float:
+    """This process's peak RSS (VmHWM). ru_maxrss would carry the parent's peak across exec."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
 
 def _rand_tokens(n: int, n_vocab: int, seed: int) -> list[int]:
     import random
@@ -45,26 +60,45 @@ def _rand_tokens(n: int, n_vocab: int, seed: int) -> list[int]:
 
 
 def worker_llamacpp(path: str, threads: int, n_prompt: int, n_gen: int) -> dict:
-    import llama_cpp
+    """llama.cpp through llama-cpp-python's C API (no Python-side logits copies)."""
+    import ctypes
+    import llama_cpp as L
     t0 = time.perf_counter()
-    llm = llama_cpp.Llama(model_path=path, n_ctx=max(n_prompt, n_gen) + 64, n_batch=max(n_prompt, 1),
-                          n_ubatch=max(n_prompt, 1), n_threads=threads, n_threads_batch=threads,
-                          verbose=False)
-    llm.eval([llm.token_bos() if llm.token_bos() >= 0 else 0])
-    load_s = time.perf_counter() - t0
-    n_vocab = llm.n_vocab()
-    out = {"load_s": load_s}
-    llm.reset(); llm.eval(_rand_tokens(16, n_vocab, 1))               # warm-up
-    llm.reset()
+    L.llama_backend_init()
+    quiet = L.llama_log_callback(lambda level, text, data: None)     # kept alive: C holds it
+    L.llama_log_set(quiet, ctypes.c_void_p(0))
+    model = L.llama_model_load_from_file(path.encode(), L.llama_model_default_params())
+    n_vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(model))
+    cp = L.llama_context_default_params()
+    cp.n_ctx = max(n_prompt, n_gen) + 64
+    cp.n_batch = cp.n_ubatch = max(n_prompt, 1)
+    cp.n_threads = cp.n_threads_batch = threads
+    ctx = L.llama_init_from_model(model, cp)
+    batch = L.llama_batch_init(max(n_prompt, 1), 0, 1)
+
+    def decode(tokens: list[int], start: int) -> None:
+        batch.n_tokens = len(tokens)
+        for i, t in enumerate(tokens):
+            batch.token[i], batch.pos[i], batch.n_seq_id[i] = t, start + i, 1
+            batch.seq_id[i][0], batch.logits[i] = 0, int(i == len(tokens) - 1)
+        if L.llama_decode(ctx, batch) != 0:
+            raise RuntimeError("llama_decode failed")
+
+    def clear() -> None:
+        L.llama_memory_clear(L.llama_get_memory(ctx), True)
+
+    decode([0], 0)
+    out = {"load_s": time.perf_counter() - t0}
+    clear(); decode(_rand_tokens(16, n_vocab, 1), 0); clear()              # warm-up
     toks = _rand_tokens(n_prompt, n_vocab, 2)
-    t0 = time.perf_counter_ns(); llm.eval(toks); out["pp_ns"] = time.perf_counter_ns() - t0
-    llm.reset()
+    t0 = time.perf_counter_ns(); decode(toks, 0); out["pp_ns"] = time.perf_counter_ns() - t0
+    clear()
     toks = _rand_tokens(n_gen, n_vocab, 3)
     t0 = time.perf_counter_ns()
-    for t in toks:
-        llm.eval([t])
+    for i, t in enumerate(toks):
+        decode([t], i)
     out["tg_ns"] = time.perf_counter_ns() - t0
-    out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    out["peak_rss_mb"] = _peak_rss_mb()
     return out
 
 
@@ -80,7 +114,7 @@ def worker_localllm(path: str, threads: int, n_prompt: int, n_gen: int) -> dict:
     bench_prompt(llm, 16, rng)                                          # warm-up
     out["pp_ns"] = bench_prompt(llm, n_prompt, rng)
     out["tg_ns"] = bench_generation(llm, n_gen, rng)
-    out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    out["peak_rss_mb"] = _peak_rss_mb()
     return out
 
 
@@ -95,7 +129,7 @@ def run_worker(python: str, engine: str, path: str, args) -> dict:
 
 def read_bandwidth_gbs(threads: int) -> float:
     from localllm import _core
-    return max(_core.read_bandwidth(1 << 30, threads) for _ in range(3)) / 1e9
+    return max(_core.read_bandwidth(1 << 30, threads) for _ in range(3))   # GB/s
 
 
 def bytes_per_token(path: str) -> int:

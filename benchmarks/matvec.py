@@ -9,7 +9,10 @@ Prefill shape: M = 512 activation rows, N = K = 4096, reported in GOP/s (2 * M *
 Weights are random valid blocks (gguf-py quantization of normal values for the legacy and
 float types, random bytes with sane f16 scales for the K-quants), tiled to the requested size.
 Timings are the best of --reps calls (the machine may be shared; the best call is the one
-least disturbed).
+least disturbed), and each type's kernel runs are interleaved with read-bandwidth runs so that
+its percentage compares measurements taken under the same load. On a machine shared with other
+work, --clock cpu times both by CPU time instead (process CPU time / threads for the kernels,
+per-thread CPU time for the read loop): what the threads achieve while they actually run.
 
     PYTHONPATH=python python3 benchmarks/matvec.py [--types Q4_0,Q4_K] [--gb 1.2] [--threads 2]
 """
@@ -64,24 +67,36 @@ def tiled_weights(t: T, n_rows: int, k: int, rng: np.random.Generator, tile_rows
     return np.ascontiguousarray(np.tile(tile, (reps, 1))[:n_rows])
 
 
+CPU_CLOCK = False   # set by --clock cpu
+THREADS = 2
+
+
 def best_time(fn, reps: int) -> float:
-    """Best wall time of reps calls (after one warm-up call)."""
+    """Best time of reps calls (after one warm-up call): wall time, or with --clock cpu the
+    process CPU time divided by the thread count."""
     fn()
     best = float("inf")
     for _ in range(reps):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         fn()
-        best = min(best, time.perf_counter() - t0)
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        best = min(best, cpu / THREADS if CPU_CLOCK else wall)
     return best
 
 
-def bench_decode(t: T, k: int, gbytes: float, threads: int, reps: int, rng: np.random.Generator) -> float:
-    """GB/s of weight bytes for one activation row times a gbytes-sized weight matrix."""
+def bench_decode(t: T, k: int, gbytes: float, threads: int, reps: int,
+                 rng: np.random.Generator) -> tuple[float, float]:
+    """(kernel GB/s of weight bytes, read bandwidth GB/s measured alongside) for one activation
+    row times a gbytes-sized weight matrix; kernel and read-loop runs alternate."""
     n = int(gbytes * 1e9) // row_bytes(t, k)
     w = tiled_weights(t, n, k, rng)
     x = rng.standard_normal((1, k)).astype(np.float32)
-    secs = best_time(lambda: _core.matmul(w, int(t), n, k, x, threads), reps)
-    return w.nbytes / secs / 1e9
+    kernel, read = 0.0, 0.0
+    for _ in range(2):
+        read = max(read, _core.read_bandwidth(w.nbytes, threads, max(1, reps // 2), CPU_CLOCK))
+        secs = best_time(lambda: _core.matmul(w, int(t), n, k, x, threads), max(1, reps // 2))
+        kernel = max(kernel, w.nbytes / secs / 1e9)
+    return kernel, read
 
 
 def bench_prefill(t: T, m: int, n: int, k: int, threads: int, reps: int, rng: np.random.Generator) -> float:
@@ -98,28 +113,31 @@ def main() -> None:
     ap.add_argument("--gb", type=float, default=1.2, help="decode weight matrix size in GB (>= 4x L3)")
     ap.add_argument("--k", type=int, default=4096, help="row length K")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--reps", type=int, default=6)
     ap.add_argument("--prefill-m", type=int, default=512, help="activation rows of the prefill shape (0: skip)")
+    ap.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                    help="cpu: time by CPU time (for a machine shared with other work)")
     args = ap.parse_args()
+    global CPU_CLOCK, THREADS
+    CPU_CLOCK, THREADS = args.clock == "cpu", args.threads
     types = [T[name.strip()] for name in args.types.split(",") if name.strip()]
     rng = np.random.default_rng(0)
 
     isa = _core.isa_name(_core.best_isa())
-    bw = _core.read_bandwidth(int(args.gb * 1e9), args.threads, args.reps)
+    bw = _core.read_bandwidth(int(args.gb * 1e9), args.threads, args.reps, CPU_CLOCK)
     lat = _core.threadpool_dispatch_ns(args.threads, 2000)
     lat_busy = _core.threadpool_dispatch_ns(args.threads, 2000, 20000.0)
-    print(f"kernels: {isa}; threads: {args.threads}; K = {args.k}; decode weights: {args.gb:.2f} GB")
+    print(f"kernels: {isa}; threads: {args.threads}; K = {args.k}; decode weights: {args.gb:.2f} GB; "
+          f"clock: {args.clock}")
     print(f"streaming read bandwidth ({args.threads} threads): {bw:.1f} GB/s")
     print(f"thread-pool dispatch overhead: {lat / 1000:.2f} us (empty job), "
           f"{lat_busy / 1000:.2f} us (20 us of work per thread)\n")
 
-    print("type | GB/s | % of read bandwidth")
-    print("--- | --- | ---")
+    print("type | GB/s | % of read bandwidth | read GB/s (same time)")
+    print("--- | --- | --- | ---")
     for t in types:
-        gbs = bench_decode(t, args.k, args.gb, args.threads, args.reps, rng)
-        print(f"{t.name} | {gbs:.1f} | {100 * gbs / bw:.0f}%", flush=True)
-    # bandwidth again: the machine may be shared, so show whether it moved during the run
-    print(f"\nread bandwidth after the runs: {_core.read_bandwidth(int(args.gb * 1e9), args.threads, args.reps):.1f} GB/s")
+        gbs, read = bench_decode(t, args.k, args.gb, args.threads, args.reps, rng)
+        print(f"{t.name} | {gbs:.1f} | {100 * gbs / read:.0f}% | {read:.1f}", flush=True)
 
     if args.prefill_m > 0:
         print(f"\nprefill: M = {args.prefill_m}, N = K = {args.k}\n")

@@ -63,9 +63,12 @@ void Model::reserve_scratch(int64_t T) {
     s.gate.resize(T * hp_.n_ff);
     s.up.resize(T * hp_.n_ff);
     s.tmp.resize(T * widest);
+    // Upper bound for any activation format: widths rounded up to the largest block (Q8_K's
+    // 256), since a model's widest row need not be a multiple of every format's block.
+    const int64_t widest_blocks = (widest + QK_K - 1) / QK_K * QK_K;
     size_t xq = 0;
     for (GGMLType vt : {GGMLType::Q8_0, GGMLType::Q8_1, GGMLType::Q8_K, GGMLType::F16, GGMLType::F32})
-        xq = std::max(xq, act_buffer_bytes(vt, T, widest));
+        xq = std::max(xq, act_buffer_bytes(vt, T, widest_blocks));
     s.xq.resize(xq);
     scratch_T_ = T;
 }

@@ -1,6 +1,7 @@
 // ops.cpp — see ops.h. Scalar code: these ops are a few percent of a step; matmul dominates.
 #include "ops.h"
 #include <math.h>
+#include <algorithm>
 #include <string.h>
 #include <stdexcept>
 #include <string>
@@ -22,15 +23,42 @@ void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps) {
     }
 }
 
-void rms_norm_rows(const float* x, const float* w, float* y, int64_t rows, int64_t n, float eps) {
-    for (int64_t r = 0; r < rows; ++r) rms_norm(x + r * n, w, y + r * n, n, eps);
+static void rope_rows(float* x, int64_t t0, int64_t t1, int n_heads, int head_dim,
+                      const int32_t* positions, int rope_dims, float base, RopeStyle style);
+
+void parallel_rows(ThreadPool& pool, int64_t rows, int64_t cost_per_row,
+                   const std::function<void(int64_t r0, int64_t r1)>& fn) {
+    constexpr int64_t kSerialCost = 1 << 16;     // below this, a hand-off costs more than it saves
+    if (rows <= 1 || pool.size() == 1 || rows * cost_per_row < kSerialCost) {
+        fn(0, rows);
+        return;
+    }
+    pool.run([&](int ith, int nth) {
+        const int64_t per = (rows + nth - 1) / nth;
+        const int64_t r0 = std::min<int64_t>(rows, ith * per), r1 = std::min<int64_t>(rows, r0 + per);
+        if (r0 < r1) fn(r0, r1);
+    });
 }
 
-void rope(float* x, int64_t T, int n_heads, int head_dim, const int32_t* positions, int rope_dims,
-          float base, RopeStyle style) {
+void rms_norm_rows(ThreadPool& pool, const float* x, const float* w, float* y, int64_t rows, int64_t n,
+                   float eps) {
+    parallel_rows(pool, rows, n, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) rms_norm(x + r * n, w, y + r * n, n, eps);
+    });
+}
+
+void rope(ThreadPool& pool, float* x, int64_t T, int n_heads, int head_dim, const int32_t* positions,
+          int rope_dims, float base, RopeStyle style) {
+    parallel_rows(pool, T, (int64_t)n_heads * head_dim * 4, [&](int64_t t0, int64_t t1) {
+        rope_rows(x, t0, t1, n_heads, head_dim, positions, rope_dims, base, style);
+    });
+}
+
+static void rope_rows(float* x, int64_t t0, int64_t t1, int n_heads, int head_dim,
+                      const int32_t* positions, int rope_dims, float base, RopeStyle style) {
     const float theta_scale = powf(base, -2.0f / (float)rope_dims);
     std::vector<float> cs((size_t)rope_dims);   // cos, sin interleaved per pair
-    for (int64_t t = 0; t < T; ++t) {
+    for (int64_t t = t0; t < t1; ++t) {
         float theta = (float)positions[t];
         for (int i0 = 0; i0 < rope_dims; i0 += 2) {
             cs[i0] = cosf(theta);
@@ -53,11 +81,13 @@ void rope(float* x, int64_t T, int n_heads, int head_dim, const int32_t* positio
     }
 }
 
-void swiglu(const float* gate, const float* up, float* out, int64_t n) {
-    for (int64_t i = 0; i < n; ++i) {
-        const float g = gate[i];
-        out[i] = g / (1.0f + expf(-g)) * up[i];
-    }
+void swiglu(ThreadPool& pool, const float* gate, const float* up, float* out, int64_t n) {
+    parallel_rows(pool, n, 16, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) {
+            const float g = gate[i];
+            out[i] = g / (1.0f + expf(-g)) * up[i];
+        }
+    });
 }
 
 static float gelu_tanh(float x) {
@@ -76,14 +106,16 @@ static const std::vector<fp16_t>& gelu_table() {
     return table;
 }
 
-void geglu(const float* gate, const float* up, float* out, int64_t n) {
+void geglu(ThreadPool& pool, const float* gate, const float* up, float* out, int64_t n) {
     const std::vector<fp16_t>& table = gelu_table();
-    for (int64_t i = 0; i < n; ++i) {
-        const float g = gate[i];
-        if (g <= -10.0f) out[i] = 0.0f;
-        else if (g >= 10.0f) out[i] = g * up[i];
-        else out[i] = fp16_to_f32(table[f32_to_fp16(g)]) * up[i];
-    }
+    parallel_rows(pool, n, 4, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) {
+            const float g = gate[i];
+            if (g <= -10.0f) out[i] = 0.0f;
+            else if (g >= 10.0f) out[i] = g * up[i];
+            else out[i] = fp16_to_f32(table[f32_to_fp16(g)]) * up[i];
+        }
+    });
 }
 
 void add_inplace(float* y, const float* x, int64_t n) {

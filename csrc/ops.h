@@ -3,26 +3,33 @@
 // track llama.cpp's on the same file.
 #pragma once
 #include <stdint.h>
+#include <functional>
 #include "model.h"
 #include "threadpool.h"
 
 namespace lll {
 
+// Calls fn(r0, r1) over [0, rows) split into contiguous ranges across the pool, or inline when
+// rows * cost_per_row is too small to be worth waking the workers (decode steps).
+void parallel_rows(ThreadPool& pool, int64_t rows, int64_t cost_per_row,
+                   const std::function<void(int64_t r0, int64_t r1)>& fn);
+
 // y[n] = x / sqrt(mean(x^2) + eps) * w  (w may be null). Sum of squares in double, as ggml.
 void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps);
-// rms_norm on each of `rows` rows of n (in place allowed).
-void rms_norm_rows(const float* x, const float* w, float* y, int64_t rows, int64_t n, float eps);
+// rms_norm on each of `rows` rows of n (in place allowed), rows split across the pool.
+void rms_norm_rows(ThreadPool& pool, const float* x, const float* w, float* y, int64_t rows, int64_t n,
+                   float eps);
 
 // Rotary embedding, in place, on x[T, n_heads, head_dim] at positions[T]; rotates the first
 // rope_dims of each head. theta_i = pos * base^(-2i/rope_dims) built by repeated multiplication
 // in f32, as ggml's rope cache does.
-void rope(float* x, int64_t T, int n_heads, int head_dim, const int32_t* positions, int rope_dims,
+void rope(ThreadPool& pool, float* x, int64_t T, int n_heads, int head_dim, const int32_t* positions, int rope_dims,
           float base, RopeStyle style);
 
 // out[i] = silu(gate[i]) * up[i]
-void swiglu(const float* gate, const float* up, float* out, int64_t n);
+void swiglu(ThreadPool& pool, const float* gate, const float* up, float* out, int64_t n);
 // out[i] = gelu_tanh(gate[i]) * up[i], through an f16 table of GELU as ggml does (GGML_GELU_FP16).
-void geglu(const float* gate, const float* up, float* out, int64_t n);
+void geglu(ThreadPool& pool, const float* gate, const float* up, float* out, int64_t n);
 
 // y[i] += x[i]
 void add_inplace(float* y, const float* x, int64_t n);

@@ -1,7 +1,7 @@
 // quants.h — conversions between f32 and every block format, and the dot products inference needs.
 //
 // Reference (scalar) code is always compiled; SIMD paths (AVX2, AVX-512) are compiled when the
-// compiler targets them and are held to the scalar reference by tests (tests/test_simd.py).
+// compiler targets them and are held to the scalar reference by tests (tests/test_kernels.py).
 #pragma once
 #include <stdint.h>
 #include "blocks.h"

@@ -10,16 +10,15 @@ from pathlib import Path
 import gguf as ggufpy
 import pytest
 
-from conftest import REPO, model_file
+from conftest import model_file
 
 SMOLLM = "smollm2-135m-q4_1"
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    paths = [str(REPO / "python"), str(REPO / "cli"), os.environ.get("PYTHONPATH", "")]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
+    """The command as installed (or as the test run's PYTHONPATH provides it)."""
     return subprocess.run([sys.executable, "-m", "localllm_cli", "info", *args],
-                          capture_output=True, text=True, env=env, timeout=120)
+                          capture_output=True, text=True, timeout=120)
 
 
 @pytest.fixture(scope="module")

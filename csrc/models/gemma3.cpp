@@ -30,13 +30,13 @@ static void gemma3_layer_forward(Model& m, int il, float* x, int64_t T, const Ba
     const int64_t D = hp.n_embd;
     float* h = m.s.h.data();       // [T, D] normalized input of a sub-layer
     float* y = m.s.tmp.data();     // [T, D] sub-layer output
-    rms_norm_rows(x, L.attn_norm.f32(), h, T, D, hp.norm_eps);
+    rms_norm_rows(m.pool(), x, L.attn_norm.f32(), h, T, D, hp.norm_eps);
     attention_block(m, il, h, T, b, y);
-    rms_norm_rows(y, L.attn_post_norm.f32(), y, T, D, hp.norm_eps);
+    rms_norm_rows(m.pool(), y, L.attn_post_norm.f32(), y, T, D, hp.norm_eps);
     add_inplace(x, y, T * D);
-    rms_norm_rows(x, L.ffn_norm.f32(), h, T, D, hp.norm_eps);
+    rms_norm_rows(m.pool(), x, L.ffn_norm.f32(), h, T, D, hp.norm_eps);
     ffn_block(m, il, h, T, y, FFNAct::GELU);
-    rms_norm_rows(y, L.ffn_post_norm.f32(), y, T, D, hp.norm_eps);
+    rms_norm_rows(m.pool(), y, L.ffn_post_norm.f32(), y, T, D, hp.norm_eps);
     add_inplace(x, y, T * D);
 }
 

@@ -26,12 +26,12 @@ void attention_block(Model& m, int il, const float* h, int64_t T, const Batch& b
     linear(m, L.wq, h, T, q, &L.bq);
     linear(m, L.wk, h, T, k, &L.bk);
     linear(m, L.wv, h, T, v, &L.bv);
-    if (L.q_norm.present()) rms_norm_rows(q, L.q_norm.f32(), q, T * hp.n_head, hd, hp.norm_eps);
-    if (L.k_norm.present()) rms_norm_rows(k, L.k_norm.f32(), k, T * hp.n_head_kv, hd, hp.norm_eps);
+    if (L.q_norm.present()) rms_norm_rows(m.pool(), q, L.q_norm.f32(), q, T * hp.n_head, hd, hp.norm_eps);
+    if (L.k_norm.present()) rms_norm_rows(m.pool(), k, L.k_norm.f32(), k, T * hp.n_head_kv, hd, hp.norm_eps);
     const bool swa = hp.n_swa > 0 && hp.layer_is_swa[il];
     const float base = swa ? hp.rope_base_swa : hp.rope_base;
-    rope(q, T, hp.n_head, hd, b.positions, hp.rope_dims, base, hp.rope_style);
-    rope(k, T, hp.n_head_kv, hd, b.positions, hp.rope_dims, base, hp.rope_style);
+    rope(m.pool(), q, T, hp.n_head, hd, b.positions, hp.rope_dims, base, hp.rope_style);
+    rope(m.pool(), k, T, hp.n_head_kv, hd, b.positions, hp.rope_dims, base, hp.rope_style);
     if (hp.q_scale != 1.0f) scale_inplace(q, hp.q_scale, T * hp.n_head * hd);
     kv_write(m.kv(), il, k, v, b);
     float* attn = m.s.attn.data();                    // [T, n_head, hd]
@@ -47,8 +47,8 @@ void ffn_block(Model& m, int il, const float* h, int64_t T, float* out, FFNAct a
     linear(m, L.w_gate, h, T, gate);
     linear(m, L.w_up, h, T, up);
     const int64_t n = T * m.hparams().n_ff;
-    if (act == FFNAct::SiLU) swiglu(gate, up, gate, n);
-    else geglu(gate, up, gate, n);
+    if (act == FFNAct::SiLU) swiglu(m.pool(), gate, up, gate, n);
+    else geglu(m.pool(), gate, up, gate, n);
     linear(m, L.w_down, gate, T, out);
 }
 

@@ -17,10 +17,10 @@ void llama_layer_forward(Model& m, int il, float* x, int64_t T, const Batch& b) 
     const int64_t D = hp.n_embd;
     float* h = m.s.h.data();       // [T, D] normalized input of a sub-layer
     float* y = m.s.tmp.data();     // [T, D] sub-layer output
-    rms_norm_rows(x, L.attn_norm.f32(), h, T, D, hp.norm_eps);
+    rms_norm_rows(m.pool(), x, L.attn_norm.f32(), h, T, D, hp.norm_eps);
     attention_block(m, il, h, T, b, y);
     add_inplace(x, y, T * D);
-    rms_norm_rows(x, L.ffn_norm.f32(), h, T, D, hp.norm_eps);
+    rms_norm_rows(m.pool(), x, L.ffn_norm.f32(), h, T, D, hp.norm_eps);
     ffn_block(m, il, h, T, y, FFNAct::SiLU);
     add_inplace(x, y, T * D);
 }

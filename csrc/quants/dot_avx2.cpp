@@ -129,6 +129,7 @@ struct LegacyTile {
             ActBlock<S::kX> xv[C];
             for (int c = 0; c < C; ++c) xv[c] = ActBlock<S::kX>::load(x + c * xs + b * S::kX);
             for (int r = 0; r < R; ++r) {
+                prefetch_ahead<S::kW>(w + r * ws + b * S::kW);
                 const typename S::W wv = S::load_w(w + r * ws + b * S::kW);
                 for (int c = 0; c < C; ++c) {
                     acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S::dot(wv, xv[c].q)),
@@ -144,8 +145,12 @@ struct LegacyTile {
 
 // ---- K-quants --------------------------------------------------------------------------------
 
-// int16 vector whose low 128 bits hold a and high 128 bits hold b (both broadcast).
-inline __m256i pair16(int a, int b) { return _mm256_set_m128i(_mm_set1_epi16((short)b), _mm_set1_epi16((short)a)); }
+// From 16 int16 scales: lanes 0..7 = scale g, lanes 8..15 = scale g + 1 (g even).
+inline __m256i scale_pair(__m256i sc16, int g) {
+    const __m256i both = _mm256_permutevar8x32_epi32(sc16, _mm256_set1_epi32(g / 2));   // (sc[g], sc[g+1]) x 8
+    return _mm256_shuffle_epi8(both, _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,
+                                                      2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3));
+}
 
 // Q4_K / Q5_K super-block: the integer sums sum(sc * q * y) (8 int32 lanes) and sum(m * bsums).
 struct K45Sums { __m256i qy, mins; };
@@ -188,6 +193,7 @@ inline void q45_K_superblock(const uint8_t* blk, const block_q8_K& x, __m256& ac
 
 inline void q6_K_superblock(const uint8_t* blk, const block_q8_K& x, __m256& acc) {
     const block_q6_K* b = (const block_q6_K*)blk;
+    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)b->scales));
     const __m256i low4 = _mm256_set1_epi8(0x0F), two = _mm256_set1_epi8(3);
     __m256i isum = _mm256_setzero_si256();
     for (int h = 0; h < 2; ++h) {
@@ -195,21 +201,19 @@ inline void q6_K_superblock(const uint8_t* blk, const block_q8_K& x, __m256& acc
         const __m256i ql1 = _mm256_loadu_si256((const __m256i*)(b->ql + 64 * h + 32));
         const __m256i qh = _mm256_loadu_si256((const __m256i*)(b->qh + 32 * h));
         // elements 128h + 32s + l: low bits from ql0 / ql1 (nibble s >> 1), high bits qh >> 2s
-        const __m256i q[4] = {
-            _mm256_or_si256(_mm256_and_si256(ql0, low4), _mm256_slli_epi16(_mm256_and_si256(qh, two), 4)),
-            _mm256_or_si256(_mm256_and_si256(ql1, low4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), two), 4)),
-            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), two), 4)),
-            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), two), 4)),
+        auto six_bits = [&](__m256i low, int s) {
+            const __m256i high = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * s), two);
+            return _mm256_or_si256(_mm256_and_si256(low, low4), _mm256_slli_epi16(high, 4));
         };
+        const __m256i q[4] = {six_bits(ql0, 0), six_bits(ql1, 1), six_bits(_mm256_srli_epi16(ql0, 4), 2),
+                              six_bits(_mm256_srli_epi16(ql1, 4), 3)};
         for (int s = 0; s < 4; ++s) {
             const int g = 8 * h + 2 * s;   // 16-element groups g, g + 1
             const __m256i y = _mm256_loadu_si256((const __m256i*)(x.qs + 128 * h + 32 * s));
-            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(q[s], y),
-                                                            pair16(b->scales[g], b->scales[g + 1])));
+            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(q[s], y), scale_pair(sc16, g)));
         }
     }
     // quants are stored + 32: subtract 32 * sum(sc * bsums), exactly, in int32
-    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)b->scales));
     const __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)x.bsums), sc16);
     isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(off, 5));
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(h2f(b->d) * x.d), acc);
@@ -217,6 +221,8 @@ inline void q6_K_superblock(const uint8_t* blk, const block_q8_K& x, __m256& acc
 
 inline void q2_K_superblock(const uint8_t* blk, const block_q8_K& x, __m256& acc) {
     const block_q2_K* b = (const block_q2_K*)blk;
+    const __m128i sc = _mm_loadu_si128((const __m128i*)b->scales);
+    const __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(sc, _mm_set1_epi8(0x0F)));
     const __m256i three = _mm256_set1_epi8(3);
     __m256i isum = _mm256_setzero_si256();
     for (int h = 0; h < 2; ++h) {
@@ -225,12 +231,10 @@ inline void q2_K_superblock(const uint8_t* blk, const block_q8_K& x, __m256& acc
             const int g = 8 * h + 2 * s;
             const __m256i q = _mm256_and_si256(_mm256_srli_epi16(q2, 2 * s), three);
             const __m256i y = _mm256_loadu_si256((const __m256i*)(x.qs + 128 * h + 32 * s));
-            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(q, y),
-                                                            pair16(b->scales[g] & 0x0F, b->scales[g + 1] & 0x0F)));
+            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(q, y), scale_pair(sc16, g)));
         }
     }
     // mins: high nibbles of the scales, one per 16-element group, against bsums
-    const __m128i sc = _mm_loadu_si128((const __m128i*)b->scales);
     const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc, 4), _mm_set1_epi8(0x0F)));
     const __m256i summ = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)x.bsums), mins);
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(h2f(b->d) * x.d), acc);
@@ -239,8 +243,7 @@ inline void q2_K_superblock(const uint8_t* blk, const block_q8_K& x, __m256& acc
 
 inline void q3_K_superblock(const uint8_t* blk, const block_q8_K& x, __m256& acc) {
     const block_q3_K* b = (const block_q3_K*)blk;
-    int sc[16];
-    q3_K_scales_unpacked(b->scales, sc);
+    const __m256i sc16 = _mm256_cvtepi8_epi16(q3_K_scales_i8(b->scales));   // 16 signed scales
     const __m256i three = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
     const __m256i hm = _mm256_loadu_si256((const __m256i*)b->hmask);
     __m256i isum = _mm256_setzero_si256();
@@ -253,12 +256,10 @@ inline void q3_K_superblock(const uint8_t* blk, const block_q8_K& x, __m256& acc
             const __m256i high = _mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + s), one);
             const __m256i q = _mm256_or_si256(low, _mm256_slli_epi16(high, 2));
             const __m256i y = _mm256_loadu_si256((const __m256i*)(x.qs + 128 * h + 32 * s));
-            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(q, y), pair16(sc[g], sc[g + 1])));
+            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(q, y), scale_pair(sc16, g)));
         }
     }
-    alignas(32) int16_t sc16[16];
-    for (int g = 0; g < 16; ++g) sc16[g] = (int16_t)sc[g];
-    const __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)x.bsums), _mm256_load_si256((const __m256i*)sc16));
+    const __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)x.bsums), sc16);
     isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(off, 2));   // - 4 * sum(sc * bsums), exact
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(h2f(b->d) * x.d), acc);
 }
@@ -283,9 +284,11 @@ struct KTile {
         for (int r = 0; r < R; ++r)
             for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
         for (int64_t i = 0; i < k / QK_K; ++i)
-            for (int r = 0; r < R; ++r)
+            for (int r = 0; r < R; ++r) {
+                prefetch_ahead<S::kBytes>(w + r * ws + i * S::kBytes);
                 for (int c = 0; c < C; ++c)
                     S::superblock(w + r * ws + i * S::kBytes, ((const block_q8_K*)(x + c * xs))[i], acc[r][c]);
+            }
         for (int r = 0; r < R; ++r)
             for (int c = 0; c < C; ++c) y[c * ldy + r] = hsum8(acc[r][c]);
     }
@@ -331,7 +334,10 @@ struct FloatTile {
         const uint8_t* xp[C];
         int64_t i = 0;
         for (; i + 16 <= k; i += 16) {
-            for (int r = 0; r < R; ++r) wp[r] = w + r * ws + i * L::kSize;
+            for (int r = 0; r < R; ++r) {
+                wp[r] = w + r * ws + i * L::kSize;
+                prefetch_ahead<16 * L::kSize>(wp[r]);
+            }
             for (int c = 0; c < C; ++c) xp[c] = x + c * xs + i * L::kSize;
             step(wp, xp, a0, a1);
         }

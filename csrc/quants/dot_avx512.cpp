@@ -1,16 +1,15 @@
 // dot_avx512.cpp — AVX-512 (VNNI, VBMI) tile kernels for the 32-element block types and the
 // plain float types. K-quants are in dot_avx512_k.cpp. Scalar references: dot_scalar.cpp.
 //
-// Legacy blocks, 16 blocks at a time ("chunk"):
-//   * the f16 scales of the chunk's 16 blocks are gathered once per row, and the 16 products
-//     d_w * d_x formed once per (weight row, activation row);
-//   * a "step" covers G blocks (G = 4 for 4/5-bit types, 2 for Q8_0): vpermb-style byte permutes
-//     gather the quants so that one vpdpbusd lane sums products of a single block; the 16 int32
-//     lanes are converted to f32 and accumulated with the block's scale (broadcast to its lanes
-//     by vpermps) in one FMA.
+// Legacy blocks go G at a time (a "step"; G = 4 for the 4/5-bit types, 2 for Q8_0):
+//   * one 64-byte load (plus a masked tail load) covers the step's weight blocks; vpermt2b picks
+//     the quants so that each vpdpbusd lane sums products of a single block, and vpermw picks the
+//     f16 scales so that each lane gets its own block's scale (then vcvtph2ps). Gathers and
+//     scalar scale loads were both measured slower than these in-register permutes.
 //   * signed x signed products use vpdpbusd (unsigned x signed) on biased weights: the bias
 //     times the activation sums is removed by starting the accumulator at -bias * sum(x), an
 //     exact integer identity, computed once per activation row of the tile.
+//   * the 16 int32 lanes are converted and accumulated with d_w * d_x in one FMA per step.
 // Each (weight row, activation row) pair sees the same operation sequence whatever the tile
 // size, which is what makes matmul batch invariant.
 #include "dot_impl.h"
@@ -262,6 +261,7 @@ struct LegacyTile {
         for (int c = 0; c < C; ++c) xp[c] = x + c * xs;
         int64_t b = 0;
         for (; b + S::G <= nb; b += S::G) {
+            for (int r = 0; r < R; ++r) prefetch_ahead<S::G * S::kW>(wp[r]);
             step(wp, xp, acc, accm);
             for (int r = 0; r < R; ++r) wp[r] += S::G * S::kW;
             for (int c = 0; c < C; ++c) xp[c] += S::G * S::kX;
@@ -292,10 +292,12 @@ struct LegacyTile {
 // ---- plain float types -----------------------------------------------------------------------
 
 struct F32Load {
+    static constexpr int kSize = 4;
     static __m512 load(const uint8_t* p, int64_t i) { return _mm512_loadu_ps((const float*)p + i); }
     static __m512 load_masked(const uint8_t* p, int64_t i, __mmask16 m) { return _mm512_maskz_loadu_ps(m, (const float*)p + i); }
 };
 struct F16Load {
+    static constexpr int kSize = 2;
     static __m512 load(const uint8_t* p, int64_t i) {
         return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)((const uint16_t*)p + i)));
     }
@@ -304,6 +306,7 @@ struct F16Load {
     }
 };
 struct BF16Load {
+    static constexpr int kSize = 2;
     static __m512 widen(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
     static __m512 load(const uint8_t* p, int64_t i) { return widen(_mm256_loadu_si256((const __m256i*)((const uint16_t*)p + i))); }
     static __m512 load_masked(const uint8_t* p, int64_t i, __mmask16 m) {
@@ -336,7 +339,10 @@ struct FloatTile {
         for (int r = 0; r < R; ++r)
             for (int c = 0; c < C; ++c) a0[r][c] = a1[r][c] = _mm512_setzero_ps();
         int64_t i = 0;
-        for (; i + 32 <= k; i += 32) step(w, ws, x, xs, i, 0, 0, true, a0, a1);
+        for (; i + 32 <= k; i += 32) {
+            for (int r = 0; r < R; ++r) prefetch_ahead<32 * L::kSize>(w + r * ws + i * L::kSize);
+            step(w, ws, x, xs, i, 0, 0, true, a0, a1);
+        }
         if (i < k) {
             const int64_t rest = k - i;   // 1..31
             const __mmask16 m0 = (__mmask16)(rest >= 16 ? 0xFFFF : (1u << rest) - 1);

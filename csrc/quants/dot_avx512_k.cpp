@@ -6,8 +6,7 @@
 // vpmaddubsw (pairs, int16, no saturation possible: 63 * 127 * 2 < 32767) and summed with the
 // sub-block scales by vpdpwssd into int32 lanes. Per super-block the int32 lanes (exact) are
 // converted and accumulated with d_w * d_x in one FMA; mins (Q4_K / Q5_K) and the -32 offset
-// (Q6_K) use the activation's 16-element sums (bsums). Q2_K / Q3_K have no AVX-512 kernel and
-// use the scalar one.
+// (Q6_K, and the -4 of Q3_K) use the activation's 16-element sums (bsums).
 #include "dot_impl.h"
 
 #if LLL_BUILD_AVX512
@@ -120,6 +119,7 @@ alignas(64) constexpr int16_t kK6ScaleIdx[4][32] = {
 struct Q6KStep {
     static constexpr int kBytes = sizeof(block_q6_K);
     static constexpr bool kMins = false;
+    static constexpr int kOffsetShift = 5;   // quants stored + 32
     struct Row {
         const uint8_t* ql;
         const uint8_t* qh;
@@ -149,19 +149,77 @@ struct Q6KStep {
     static __m512i scales(const Row& w, int t) { return spread16(kK6ScaleIdx[t], w.scales); }
 };
 
+// ---- Q2_K / Q3_K ----------------------------------------------------------------------------
+// Element 128h + 32s + l has its 2 low bits in qs[32h + l] >> 2s; chunk t = 2h + (s >> 1) holds
+// s = 2 (t & 1) in its first 32 bytes and s + 1 in the next 32.
+
+inline __m512i k23_low_bits(const uint8_t* qs, int t) {
+    const int h = t >> 1, s0 = 2 * (t & 1);
+    const __m512i b = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i*)(qs + 32 * h)));
+    const __m512i shift = _mm512_inserti64x4(_mm512_set1_epi16((short)(2 * s0)), _mm256_set1_epi16((short)(2 * s0 + 2)), 1);
+    return _mm512_and_si512(_mm512_srlv_epi16(b, shift), _mm512_set1_epi8(3));
+}
+
+struct Q2KStep {
+    static constexpr int kBytes = sizeof(block_q2_K);
+    static constexpr bool kMins = true;
+    struct Row {
+        const uint8_t* qs;
+        __m512i scales, mins;   // int16 lanes 0..15: low / high nibbles of the 16 scale bytes
+        float d, dmin;
+    };
+    static Row row(const uint8_t* p) {
+        const block_q2_K* b = (const block_q2_K*)p;
+        const __m128i sc = _mm_loadu_si128((const __m128i*)b->scales);
+        const __m128i low4 = _mm_set1_epi8(0x0F);
+        return {b->qs, _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(sc, low4))),
+                _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc, 4), low4))),
+                h2f(b->d), h2f(b->dmin)};
+    }
+    static __m512i quants(const Row& w, int t) { return k23_low_bits(w.qs, t); }
+    static __m512i scales(const Row& w, int t) { return spread16(kK6ScaleIdx[t], w.scales); }
+};
+
+struct Q3KStep {
+    static constexpr int kBytes = sizeof(block_q3_K);
+    static constexpr bool kMins = false;
+    static constexpr int kOffsetShift = 2;   // value = q' - 4 with q' = low | high << 2
+    struct Row {
+        const uint8_t* qs;
+        const uint8_t* hmask;
+        __m512i scales;         // int16 lanes 0..15: the 16 signed scales
+        float d;
+    };
+    static Row row(const uint8_t* p) {
+        const block_q3_K* b = (const block_q3_K*)p;
+        return {b->qs, b->hmask, _mm512_zextsi256_si512(_mm256_cvtepi8_epi16(q3_K_scales_i8(b->scales))), h2f(b->d)};
+    }
+    static __m512i quants(const Row& w, int t) {
+        // high bit of element 128h + 32s + l: bit 4h + s of hmask[l], moved to bit 2
+        const int h = t >> 1, s0 = 2 * (t & 1);
+        const __m512i hb = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i*)w.hmask));
+        const __m512i shift = _mm512_inserti64x4(_mm512_set1_epi16((short)(4 * h + s0)), _mm256_set1_epi16((short)(4 * h + s0 + 1)), 1);
+        const __m512i high = _mm512_slli_epi16(_mm512_srlv_epi16(hb, shift), 2);
+        // low | (high & 4)
+        return _mm512_ternarylogic_epi32(k23_low_bits(w.qs, t), high, _mm512_set1_epi8(4), 0xF8);
+    }
+    static __m512i scales(const Row& w, int t) { return spread16(kK6ScaleIdx[t], w.scales); }
+};
+
 // ---- the K-quant tile ------------------------------------------------------------------------
 
+// Per super-block: acc += d_w d_x isum, with the min or offset corrections. Mins (Q4_K, Q5_K,
+// Q2_K): - dmin_w d_x sum(min_g bsums_g). Offsets (Q6_K: quants stored + 32, Q3_K: + 4):
+// isum -= offset * sum(sc_g bsums_g), exactly, in int32, before the conversion.
 template <class S>
 inline void finish_superblock(const typename S::Row& w, const block_q8_K* x, __m512i isum, __m512& acc) {
     const __m256i bsums = _mm256_loadu_si256((const __m256i*)x->bsums);
     if constexpr (S::kMins) {
-        // d_w d_x sum(sc q y) - dmin_w d_x sum(m bsums)
         const __m512i summ = _mm512_zextsi256_si512(_mm256_madd_epi16(bsums, _mm512_castsi512_si256(w.mins)));
         acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(w.d * x->d), acc);
         acc = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(summ), _mm512_set1_ps(w.dmin * x->d), acc);
     } else {
-        // quants are stored + 32: subtract 32 * sum(sc * bsums), exactly, in int32
-        const __m256i off = _mm256_slli_epi32(_mm256_madd_epi16(bsums, _mm512_castsi512_si256(w.scales)), 5);
+        const __m256i off = _mm256_slli_epi32(_mm256_madd_epi16(bsums, _mm512_castsi512_si256(w.scales)), S::kOffsetShift);
         isum = _mm512_sub_epi32(isum, _mm512_zextsi256_si512(off));
         acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(w.d * x->d), acc);
     }
@@ -176,7 +234,10 @@ struct KTile {
         for (int64_t i = 0; i < k / QK_K; ++i) {
             typename S::Row wr[R];
             const block_q8_K* xb[C];
-            for (int r = 0; r < R; ++r) wr[r] = S::row(w + r * ws + i * S::kBytes);
+            for (int r = 0; r < R; ++r) {
+                prefetch_ahead<S::kBytes>(w + r * ws + i * S::kBytes);
+                wr[r] = S::row(w + r * ws + i * S::kBytes);
+            }
             for (int c = 0; c < C; ++c) xb[c] = (const block_q8_K*)(x + c * xs) + i;
             __m512i isum[R][C];
             for (int r = 0; r < R; ++r)
@@ -201,6 +262,8 @@ struct KTile {
 template <int R, int C> using Q4KTile = KTile<Q4KStep, R, C>;
 template <int R, int C> using Q5KTile = KTile<Q5KStep, R, C>;
 template <int R, int C> using Q6KTile = KTile<Q6KStep, R, C>;
+template <int R, int C> using Q2KTile = KTile<Q2KStep, R, C>;
+template <int R, int C> using Q3KTile = KTile<Q3KStep, R, C>;
 
 }  // namespace avx512k_impl
 using namespace avx512k_impl;
@@ -209,11 +272,15 @@ const KernelSet* avx512_kquant_kernels(GGMLType wtype) {
     // Tile shapes measured on a Sapphire Rapids core (GOP/s with weights in L2).
     static const KernelSet q4_K = make_tile_set<Q4KTile, 2, 4, 1>(Isa::AVX512),
                            q5_K = make_tile_set<Q5KTile, 2, 4, 1>(Isa::AVX512),
-                           q6_K = make_tile_set<Q6KTile, 2, 4, 2>(Isa::AVX512);
+                           q6_K = make_tile_set<Q6KTile, 2, 4, 2>(Isa::AVX512),
+                           q2_K = make_tile_set<Q2KTile, 2, 4, 1>(Isa::AVX512),
+                           q3_K = make_tile_set<Q3KTile, 2, 4, 1>(Isa::AVX512);
     switch (wtype) {
         case GGMLType::Q4_K: return &q4_K;
         case GGMLType::Q5_K: return &q5_K;
         case GGMLType::Q6_K: return &q6_K;
+        case GGMLType::Q2_K: return &q2_K;
+        case GGMLType::Q3_K: return &q3_K;
         default: return nullptr;
     }
 }

@@ -1,0 +1,262 @@
+"""What every architecture module provides, and the registry of HF class name -> converter.
+
+An architecture converter turns a :class:`~localllm_convert.checkpoint.Checkpoint` into
+(1) the ``{arch}.*`` metadata, (2) the vocabulary and (3) a list of :class:`PlannedTensor`: the
+GGUF name, the checkpoint tensor it comes from, its output shape and the transformation
+(llama's Q/K row permutation, Gemma's norm +1, ...). Shapes are checked against config.json
+before anything is written.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from ..checkpoint import Checkpoint, CheckpointError, TensorRef
+from ..vocab import Vocab, load_vocab
+
+__all__ = ["PlannedTensor", "ArchConverter", "register", "REGISTRY", "converter_for",
+           "supported_architectures", "HParams"]
+
+Transform = Callable[[np.ndarray], np.ndarray]   # float32 in, float32 out (same shape)
+
+
+@dataclass
+class PlannedTensor:
+    """One tensor of the output file."""
+    name: str                        # GGUF tensor name
+    shape: tuple[int, ...]           # numpy order (rows last)
+    source: TensorRef | None         # checkpoint tensor (None: computed by `make`)
+    transform: Transform | None = None
+    make: Callable[[], np.ndarray] | None = None   # for generated tensors (rope_freqs)
+
+    def load(self) -> np.ndarray:
+        """The tensor as float32 in memory, transformed."""
+        from ..arrays import to_float32
+        if self.source is None:
+            assert self.make is not None
+            return np.ascontiguousarray(self.make(), dtype=np.float32)
+        data = to_float32(self.source.read(), self.source.dtype)
+        if self.transform is not None:
+            data = self.transform(data)
+        if tuple(data.shape) != self.shape:
+            data = data.reshape(self.shape)
+        return np.ascontiguousarray(data, dtype=np.float32)
+
+
+@dataclass(frozen=True)
+class HParams:
+    """The hyper-parameters every decoder-only model here has."""
+    n_layer: int
+    n_embd: int
+    n_ff: int
+    n_head: int
+    n_head_kv: int
+    head_dim: int
+    vocab_size: int
+    n_ctx: int | None
+    rms_eps: float
+
+
+REGISTRY: dict[str, type["ArchConverter"]] = {}
+
+
+def register(*hf_names: str):
+    """Class decorator: the converter for these HF ``architectures`` names."""
+    def wrap(cls):
+        for name in hf_names:
+            REGISTRY[name] = cls
+        return cls
+    return wrap
+
+
+def supported_architectures() -> list[str]:
+    return sorted(REGISTRY)
+
+
+def converter_for(checkpoint: Checkpoint) -> "ArchConverter":
+    """The converter for a checkpoint's architecture (ValueError naming the supported ones)."""
+    arch = checkpoint.architecture
+    if arch not in REGISTRY:
+        raise CheckpointError(f"unsupported architecture {arch!r}; supported: "
+                              f"{', '.join(supported_architectures())}")
+    return REGISTRY[arch](checkpoint)
+
+
+def _int(config: dict[str, Any], key: str, default: Any = None) -> int:
+    value = config.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise CheckpointError(f"config.json: {key} must be a positive integer, got {value!r}")
+    return value
+
+
+class ArchConverter:
+    """Base class: llama-style decoder layers with HF's usual tensor names."""
+
+    gguf_arch: str = ""
+    # HF tensor name suffix inside a layer -> GGUF suffix
+    layer_tensors: dict[str, str] = {
+        "input_layernorm.weight": "attn_norm.weight",
+        "self_attn.q_proj.weight": "attn_q.weight",
+        "self_attn.k_proj.weight": "attn_k.weight",
+        "self_attn.v_proj.weight": "attn_v.weight",
+        "self_attn.o_proj.weight": "attn_output.weight",
+        "post_attention_layernorm.weight": "ffn_norm.weight",
+        "mlp.gate_proj.weight": "ffn_gate.weight",
+        "mlp.up_proj.weight": "ffn_up.weight",
+        "mlp.down_proj.weight": "ffn_down.weight",
+    }
+    optional_layer_tensors: tuple[str, ...] = ()
+    prefix = "model."
+    ignored = re.compile(r"(^|\.)rotary_emb\.inv_freq$")
+
+    def __init__(self, checkpoint: Checkpoint):
+        self.ckpt = checkpoint
+        self.config: dict[str, Any] = self.text_config(checkpoint.config)
+        self.hp = self.read_hparams()
+        self._vocab: Vocab | None = None
+
+    @staticmethod
+    def text_config(config: dict[str, Any]) -> dict[str, Any]:
+        return config
+
+    # ---- hyper-parameters ----
+    def read_hparams(self) -> HParams:
+        c = self.config
+        n_head = _int(c, "num_attention_heads")
+        n_embd = _int(c, "hidden_size")
+        head_dim = c.get("head_dim") or n_embd // n_head
+        return HParams(
+            n_layer=_int(c, "num_hidden_layers"), n_embd=n_embd,
+            n_ff=_int(c, "intermediate_size"), n_head=n_head,
+            n_head_kv=_int(c, "num_key_value_heads", n_head), head_dim=_int({"h": head_dim}, "h"),
+            vocab_size=_int(c, "vocab_size"), n_ctx=c.get("max_position_embeddings"),
+            rms_eps=float(c.get("rms_norm_eps", 1e-6)))
+
+    def rope_parameters(self) -> dict[str, Any]:
+        """rope_theta and scaling, from ``rope_parameters`` (transformers 5) or the old keys."""
+        params = dict(self.config.get("rope_parameters") or {})
+        if "full_attention" in params:       # per-layer-type parameters (gemma3)
+            params = dict(params["full_attention"])
+        if "rope_theta" not in params and "rope_theta" in self.config:
+            params["rope_theta"] = self.config["rope_theta"]
+        scaling = self.config.get("rope_scaling")
+        if isinstance(scaling, dict):
+            params.update(scaling)
+            params.setdefault("rope_type", scaling.get("type"))
+        return params
+
+    def write_metadata(self, w) -> None:
+        """The {arch}.* keys common to the llama family (TextModel.set_gguf_parameters)."""
+        hp = self.hp
+        w.add_block_count(hp.n_layer)
+        if hp.n_ctx is not None:
+            w.add_context_length(int(hp.n_ctx))
+        w.add_embedding_length(hp.n_embd)
+        w.add_feed_forward_length(hp.n_ff)
+        w.add_head_count(hp.n_head)
+        w.add_head_count_kv(hp.n_head_kv)
+        rope = self.rope_parameters()
+        if rope.get("rope_theta") is not None:
+            w.add_rope_freq_base(float(rope["rope_theta"]))
+        w.add_layer_norm_rms_eps(hp.rms_eps)
+        if self.config.get("head_dim") is not None:
+            w.add_key_length(hp.head_dim)
+            w.add_value_length(hp.head_dim)
+
+    # ---- vocabulary ----
+    def vocab(self) -> Vocab:
+        if self._vocab is None:
+            self._vocab = load_vocab(self.ckpt, self.hp.vocab_size)
+        return self._vocab
+
+    # ---- tensors ----
+    def expected_shape(self, gguf_suffix: str) -> tuple[int, ...] | None:
+        """Expected checkpoint shape (numpy order) of a per-layer tensor, from config.json."""
+        hp = self.hp
+        q, kv = hp.n_head * hp.head_dim, hp.n_head_kv * hp.head_dim
+        return {
+            "attn_norm.weight": (hp.n_embd,), "ffn_norm.weight": (hp.n_embd,),
+            "attn_q.weight": (q, hp.n_embd), "attn_k.weight": (kv, hp.n_embd),
+            "attn_v.weight": (kv, hp.n_embd), "attn_output.weight": (hp.n_embd, q),
+            "attn_q.bias": (q,), "attn_k.bias": (kv,), "attn_v.bias": (kv,),
+            "ffn_gate.weight": (hp.n_ff, hp.n_embd), "ffn_up.weight": (hp.n_ff, hp.n_embd),
+            "ffn_down.weight": (hp.n_embd, hp.n_ff),
+            "attn_q_norm.weight": (hp.head_dim,), "attn_k_norm.weight": (hp.head_dim,),
+            "post_attention_norm.weight": (hp.n_embd,), "post_ffw_norm.weight": (hp.n_embd,),
+        }.get(gguf_suffix)
+
+    def transform_for(self, gguf_name: str) -> Transform | None:
+        """Per-architecture data transformation of a tensor (none by default)."""
+        return None
+
+    def tied_embeddings(self) -> bool:
+        return bool(self.config.get("tie_word_embeddings", False)) or \
+            "lm_head.weight" not in self.ckpt.tensors
+
+    def map_name(self, hf_name: str) -> str | None:
+        """GGUF name of a checkpoint tensor; None to skip it; CheckpointError when unknown."""
+        if self.ignored.search(hf_name):
+            return None
+        name = hf_name[len(self.prefix):] if hf_name.startswith(self.prefix) else hf_name
+        if name == "embed_tokens.weight":
+            return "token_embd.weight"
+        if name == "norm.weight":
+            return "output_norm.weight"
+        if hf_name == "lm_head.weight":
+            return None if self.config.get("tie_word_embeddings", False) else "output.weight"
+        m = re.match(r"layers\.(\d+)\.(.+)$", name)
+        if m and int(m.group(1)) < self.hp.n_layer:
+            suffix = m.group(2)
+            if suffix in self.layer_tensors:
+                return f"blk.{m.group(1)}.{self.layer_tensors[suffix]}"
+        raise CheckpointError(f"unexpected tensor {hf_name!r} for {self.ckpt.architecture} "
+                              f"(config.json: {self.hp.n_layer} layers)")
+
+    def expected(self, gguf_name: str) -> tuple[int, ...] | None:
+        hp = self.hp
+        if gguf_name in ("token_embd.weight", "output.weight"):
+            return (hp.vocab_size, hp.n_embd)
+        if gguf_name == "output_norm.weight":
+            return (hp.n_embd,)
+        return self.expected_shape(gguf_name.split(".", 2)[2])
+
+    def plan(self) -> list[PlannedTensor]:
+        """Every output tensor, checked against config.json (names, shapes, completeness)."""
+        planned: list[PlannedTensor] = []
+        for hf_name, ref in self.ckpt.tensors.items():
+            name = self.map_name(hf_name)
+            if name is None:
+                continue
+            want = self.expected(name)
+            if want is not None and tuple(ref.shape) != want:
+                raise CheckpointError(f"shape mismatch: {hf_name} is {list(ref.shape)} but "
+                                      f"config.json implies {list(want)}")
+            planned.append(PlannedTensor(name, tuple(ref.shape), ref, self.transform_for(name)))
+        self.check_complete({p.name for p in planned})
+        planned += self.extra_tensors()
+        return self.finish_plan(planned)
+
+    def required_names(self) -> list[str]:
+        names = ["token_embd.weight", "output_norm.weight"]
+        if not self.tied_embeddings():
+            names.append("output.weight")
+        for i in range(self.hp.n_layer):
+            names += [f"blk.{i}.{s}" for s in self.layer_tensors.values()
+                      if s not in self.optional_layer_tensors]
+        return names
+
+    def check_complete(self, present: set[str]) -> None:
+        missing = [n for n in self.required_names() if n not in present]
+        if missing:
+            raise CheckpointError(f"the checkpoint lacks {len(missing)} tensor(s) the config "
+                                  f"implies, e.g. {', '.join(missing[:4])}")
+
+    def extra_tensors(self) -> list[PlannedTensor]:
+        """Tensors computed from the config (none by default)."""
+        return []
+
+    def finish_plan(self, planned: list[PlannedTensor]) -> list[PlannedTensor]:
+        return planned

@@ -1,0 +1,31 @@
+"""Qwen2ForCausalLM -> GGUF ``qwen2`` (Qwen2, Qwen2.5): llama layers plus Q/K/V biases; HF's
+rotary layout is kept (llama.cpp's qwen2 graph uses NEOX-style rotation), so no permutation."""
+from __future__ import annotations
+
+import gguf
+
+from .base import ArchConverter, register
+
+__all__ = ["Qwen2Converter"]
+
+
+@register("Qwen2ForCausalLM")
+class Qwen2Converter(ArchConverter):
+    gguf_arch = "qwen2"
+    layer_tensors = {
+        **ArchConverter.layer_tensors,
+        "self_attn.q_proj.bias": "attn_q.bias",
+        "self_attn.k_proj.bias": "attn_k.bias",
+        "self_attn.v_proj.bias": "attn_v.bias",
+    }
+
+    def write_metadata(self, w) -> None:
+        super().write_metadata(w)
+        rope = self.rope_parameters()
+        kind = rope.get("rope_type") or "default"
+        if kind == "yarn":
+            w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+            w.add_rope_scaling_factor(float(rope["factor"]))
+            w.add_rope_scaling_orig_ctx_len(int(rope["original_max_position_embeddings"]))
+        elif kind != "default":
+            raise ValueError(f"unsupported rope scaling type {kind!r} for qwen2")

@@ -1,0 +1,135 @@
+"""Which ggml type each tensor gets under a preset: llama.cpp's rules (src/llama-quant.cpp,
+``llama_tensor_get_type``) for the presets this converter offers, without an imatrix.
+
+* Only 2-D (or higher) tensors whose name ends in ``weight`` and that are not norms get quantized;
+  the rest keep their type (F32 when converting from a checkpoint).
+* ``output.weight`` — and ``token_embd.weight`` when the embeddings are tied (no output.weight) —
+  goes to Q6_K (Q8_0 when its rows do not split into blocks of the default type, or when the
+  preset is q8_0 itself).
+* q4_k_m / q5_k_m: attn_v and ffn_down of the layers ``use_more_bits`` picks (the first and last
+  eighth, and every third layer between) go to Q6_K. q4_k_s: attn_v of the first 4 layers and
+  ffn_down of the first eighth of the layers go to Q5_K.
+* A row length that is not a multiple of the chosen block size falls back: Q4_K -> Q5_0,
+  Q5_K -> Q5_1, Q6_K -> Q8_0, and to F16 when even that does not fit (llama.cpp stops with an
+  error for the legacy types there; the converter writes F16 as convert_hf_to_gguf.py does).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Sequence
+
+from .filetypes import QT, Preset, block_elems
+
+__all__ = ["TensorChoice", "choose_types", "use_more_bits", "allows_quantization", "category"]
+
+_K_FALLBACK = {QT.Q4_K: QT.Q5_0, QT.Q5_K: QT.Q5_1, QT.Q6_K: QT.Q8_0,
+               QT.Q2_K: QT.Q4_0, QT.Q3_K: QT.Q4_0}
+
+# Substrings of tensor names that are never quantized (besides 1-D tensors and norms).
+_NEVER_QUANTIZED = ("_norm.weight", "ffn_gate_inp.weight", "position_embd", "token_types",
+                    "ssm_conv1d")
+
+_LAYER = re.compile(r"^blk\.(\d+)\.")
+
+
+@dataclass(frozen=True)
+class TensorChoice:
+    name: str
+    qtype: QT
+    fallback_from: QT | None = None   # the type the rules chose before a row-length fallback
+
+
+def use_more_bits(i_layer: int, n_layers: int) -> bool:
+    """llama.cpp's choice of layers that get more bits in the _M presets."""
+    return i_layer < n_layers // 8 or i_layer >= 7 * n_layers // 8 or \
+        (i_layer - n_layers // 8) % 3 == 2
+
+
+def allows_quantization(name: str, n_dims: int) -> bool:
+    """Whether llama.cpp would quantize a tensor of this name and rank at all."""
+    if n_dims < 2 or not name.endswith("weight"):
+        return False
+    return not any(s in name for s in _NEVER_QUANTIZED)
+
+
+def category(name: str) -> str:
+    """The rule category of a GGUF tensor name (llama.cpp's tensor_get_category)."""
+    if name == "output.weight":
+        return "output"
+    if name == "token_embd.weight":
+        return "token_embd"
+    for key in ("attn_qkv.weight", "attn_v.weight", "attn_k.weight", "attn_q.weight",
+                "attn_output.weight"):
+        if key in name:
+            return key.split(".")[0]
+    for key in ("ffn_up", "ffn_gate", "ffn_down"):
+        if key in name:
+            return key
+    return "other"
+
+
+def _layer_of(name: str) -> int:
+    m = _LAYER.match(name)
+    if not m:
+        raise ValueError(f"cannot tell the layer of tensor {name!r}")
+    return int(m.group(1))
+
+
+def _rule_type(name: str, ncols: int, preset: Preset, n_layer: int, tied: bool) -> QT:
+    """The type before the row-length fallback (llama_tensor_get_type_impl, our presets)."""
+    default = preset.default_type
+    cat = category(name)
+    if cat == "output" or (cat == "token_embd" and tied):
+        if ncols % block_elems(default) != 0:
+            return QT.Q8_0
+        return default if default == QT.Q8_0 else QT.Q6_K
+    if cat in ("attn_v", "attn_qkv"):
+        i = _layer_of(name)   # (llama.cpp counts attn_v tensors in layer order: the same)
+        if preset.name in ("q4_k_m", "q5_k_m") and use_more_bits(i, n_layer):
+            return QT.Q6_K
+        if preset.name == "q4_k_s" and i < 4:
+            return QT.Q5_K
+    elif cat == "ffn_down":
+        i = _layer_of(name)
+        if preset.name in ("q4_k_m", "q5_k_m") and use_more_bits(i, n_layer):
+            return QT.Q6_K
+        if preset.name == "q4_k_s" and i < n_layer // 8:
+            return QT.Q5_K
+    return default
+
+
+def _fit_rows(qtype: QT, ncols: int) -> QT:
+    """The fallback for rows that do not split into whole blocks of ``qtype``."""
+    if ncols % block_elems(qtype) == 0:
+        return qtype
+    fallback = _K_FALLBACK.get(qtype, QT.F16)
+    return fallback if ncols % block_elems(fallback) == 0 else QT.F16
+
+
+def choose_types(tensors: Sequence[tuple[str, Sequence[int], QT]], preset: Preset,
+                 n_layer: int) -> list[TensorChoice]:
+    """The type of every tensor under ``preset``.
+
+    Args:
+        tensors: (GGUF name, shape in numpy order — rows last, current type) of every tensor of
+            the output file; the current type is what a tensor keeps when it is not quantized
+            (pass F32 for checkpoint tensors, which are written as F32 then).
+        preset: the output preset.
+        n_layer: the model's block count (for the per-layer rules).
+    """
+    names = {name for name, _, _ in tensors}
+    tied = "output.weight" not in names
+    out = []
+    for name, shape, current in tensors:
+        if not allows_quantization(name, len(shape)):
+            out.append(TensorChoice(name, QT(current)))
+            continue
+        if not preset.quantized:
+            out.append(TensorChoice(name, preset.default_type))
+            continue
+        ncols = int(shape[-1])
+        chosen = _rule_type(name, ncols, preset, n_layer, tied)
+        fitted = _fit_rows(chosen, ncols)
+        out.append(TensorChoice(name, fitted, chosen if fitted != chosen else None))
+    return out
