@@ -32,6 +32,47 @@ __global__ void k_q8_0(const block_q8_0* b, float* y, int64_t n_groups) {
     for (int j = 0; j < 32; ++j) y[g * 32 + j] = b[g].qs[j] * d;
 }
 
+__global__ void k_q4_1(const block_q4_1* b, float* y, int64_t n_groups) {
+    const int64_t g = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (g >= n_groups) return;
+    const float d = fp16_to_f32(b[g].d), m = fp16_to_f32(b[g].m);
+    for (int j = 0; j < 16; ++j) {
+        y[g * 32 + j] = (b[g].qs[j] & 0x0f) * d + m;
+        y[g * 32 + j + 16] = (b[g].qs[j] >> 4) * d + m;
+    }
+}
+
+// Q5_0 / Q5_1: bit j of qh is the 5th bit of element j.
+__device__ inline uint32_t load_qh(const uint8_t* qh) {
+    return qh[0] | (qh[1] << 8) | (qh[2] << 16) | ((uint32_t)qh[3] << 24);
+}
+
+__global__ void k_q5_0(const block_q5_0* b, float* y, int64_t n_groups) {
+    const int64_t g = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (g >= n_groups) return;
+    const float d = fp16_to_f32(b[g].d);
+    const uint32_t qh = load_qh(b[g].qh);
+    for (int j = 0; j < 16; ++j) {
+        const int lo = (b[g].qs[j] & 0x0f) | (((qh >> j) & 1) << 4);
+        const int hi = (b[g].qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4);
+        y[g * 32 + j] = (lo - 16) * d;
+        y[g * 32 + j + 16] = (hi - 16) * d;
+    }
+}
+
+__global__ void k_q5_1(const block_q5_1* b, float* y, int64_t n_groups) {
+    const int64_t g = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (g >= n_groups) return;
+    const float d = fp16_to_f32(b[g].d), m = fp16_to_f32(b[g].m);
+    const uint32_t qh = load_qh(b[g].qh);
+    for (int j = 0; j < 16; ++j) {
+        const int lo = (b[g].qs[j] & 0x0f) | (((qh >> j) & 1) << 4);
+        const int hi = (b[g].qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4);
+        y[g * 32 + j] = lo * d + m;
+        y[g * 32 + j + 16] = hi * d + m;
+    }
+}
+
 // Q4_K: group g = (super-block g/8, sub-block g%8) of 32 weights.
 __device__ inline void q4k_scale_min(int j, const uint8_t* q, uint8_t& sc, uint8_t& m) {
     if (j < 4) {
@@ -54,6 +95,36 @@ __global__ void k_q4_K(const block_q4_K* b, float* y, int64_t n_groups) {
     const uint8_t* q = blk.qs + 32 * (sub / 2);
     const int shift = (sub % 2) * 4;
     for (int l = 0; l < 32; ++l) y[g * 32 + l] = d * ((q[l] >> shift) & 0x0f) - mn;
+}
+
+// Q5_K: as Q4_K, plus bit `sub` of qh[l] as the 5th bit of element l of sub-block `sub`.
+__global__ void k_q5_K(const block_q5_K* b, float* y, int64_t n_groups) {
+    const int64_t g = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (g >= n_groups) return;
+    const block_q5_K& blk = b[g / 8];
+    const int sub = (int)(g % 8);
+    uint8_t sc, m;
+    q4k_scale_min(sub, blk.scales, sc, m);
+    const float d = fp16_to_f32(blk.d) * sc, mn = fp16_to_f32(blk.dmin) * m;
+    const uint8_t* q = blk.qs + 32 * (sub / 2);
+    const int shift = (sub % 2) * 4;
+    for (int l = 0; l < 32; ++l) {
+        const int v = ((q[l] >> shift) & 0x0f) | (((blk.qh[l] >> sub) & 1) << 4);
+        y[g * 32 + l] = d * v - mn;
+    }
+}
+
+// F16 / BF16: group g = 32 consecutive values.
+__global__ void k_f16(const fp16_t* x, float* y, int64_t n_groups) {
+    const int64_t g = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (g >= n_groups) return;
+    for (int l = 0; l < 32; ++l) y[g * 32 + l] = fp16_to_f32(x[g * 32 + l]);
+}
+
+__global__ void k_bf16(const uint16_t* x, float* y, int64_t n_groups) {
+    const int64_t g = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (g >= n_groups) return;
+    for (int l = 0; l < 32; ++l) y[g * 32 + l] = __uint_as_float((uint32_t)x[g * 32 + l] << 16);
 }
 
 // Q6_K: group g = (super-block g/8, 32-element group g%8).
@@ -89,13 +160,20 @@ std::string device_name(int device) {
 }
 
 bool can_dequantize(GGMLType type) {
-    return type == GGMLType::Q4_0 || type == GGMLType::Q8_0 || type == GGMLType::Q4_K || type == GGMLType::Q6_K;
+    switch (type) {
+        case GGMLType::Q4_0: case GGMLType::Q4_1: case GGMLType::Q5_0: case GGMLType::Q5_1:
+        case GGMLType::Q8_0: case GGMLType::Q4_K: case GGMLType::Q5_K: case GGMLType::Q6_K:
+        case GGMLType::F16: case GGMLType::BF16:
+            return true;
+        default:
+            return false;
+    }
 }
 
 void dequantize(GGMLType type, const void* host_src, float* host_dst, int64_t n) {
     const TypeTraits* tt = type_traits(type);
     if (!tt || !can_dequantize(type)) throw std::invalid_argument("cuda dequantize: unsupported type");
-    if (n % tt->block_elems) throw std::invalid_argument("cuda dequantize: n not a multiple of the block size");
+    if (n % 32 || n % tt->block_elems) throw std::invalid_argument("cuda dequantize: n not a multiple of the block size");
     if (device_count() == 0) throw std::runtime_error("cuda: no CUDA device available");
     const size_t src_bytes = (size_t)(n / tt->block_elems) * tt->block_bytes;
     void* d_src = nullptr;
@@ -109,8 +187,14 @@ void dequantize(GGMLType type, const void* host_src, float* host_dst, int64_t n)
     switch (type) {
         case GGMLType::Q4_0: k_q4_0<<<grid, threads>>>((const block_q4_0*)d_src, d_dst, groups); break;
         case GGMLType::Q8_0: k_q8_0<<<grid, threads>>>((const block_q8_0*)d_src, d_dst, groups); break;
+        case GGMLType::Q4_1: k_q4_1<<<grid, threads>>>((const block_q4_1*)d_src, d_dst, groups); break;
+        case GGMLType::Q5_0: k_q5_0<<<grid, threads>>>((const block_q5_0*)d_src, d_dst, groups); break;
+        case GGMLType::Q5_1: k_q5_1<<<grid, threads>>>((const block_q5_1*)d_src, d_dst, groups); break;
         case GGMLType::Q4_K: k_q4_K<<<grid, threads>>>((const block_q4_K*)d_src, d_dst, groups); break;
-        default: k_q6_K<<<grid, threads>>>((const block_q6_K*)d_src, d_dst, groups); break;
+        case GGMLType::Q5_K: k_q5_K<<<grid, threads>>>((const block_q5_K*)d_src, d_dst, groups); break;
+        case GGMLType::Q6_K: k_q6_K<<<grid, threads>>>((const block_q6_K*)d_src, d_dst, groups); break;
+        case GGMLType::F16: k_f16<<<grid, threads>>>((const fp16_t*)d_src, d_dst, groups); break;
+        default: k_bf16<<<grid, threads>>>((const uint16_t*)d_src, d_dst, groups); break;
     }
     check(cudaGetLastError(), "kernel launch");
     check(cudaMemcpy(host_dst, d_dst, n * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
