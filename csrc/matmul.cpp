@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "quants/bseq.h"
 #include "quants/dot_impl.h"
 
 namespace lll {
@@ -68,6 +69,32 @@ void quantize_activations(ThreadPool& pool, GGMLType vec_dot_type, const float* 
     });
 }
 
+namespace {
+
+// Block-sequential types (quants/bseq.h): activations split once, then each thread runs the
+// panel kernels over its own range of 16-row weight panels.
+void matmul_bseq(ThreadPool& pool, GGMLType wtype, const uint8_t* w, int64_t wrb, int64_t N, int64_t K,
+                 const uint8_t* x, int64_t xrb, int64_t M, float* Y, int64_t ldy) {
+    thread_local std::vector<uint8_t> scratch;
+    const size_t need = bseq::act_pack_bytes(wtype, M, K);
+    if (scratch.size() < need) scratch.resize(need);
+    bseq::ActPack ap;
+    bseq::act_pack_init(wtype, M, K, scratch.data(), &ap);
+    run_maybe_parallel(pool, M * K >= kSerialWork, [&](int ith, int nth) {
+        bseq::act_pack_rows(wtype, x, (size_t)xrb, M * ith / nth, M * (ith + 1) / nth, &ap);
+    });
+    static const bool amx = bseq::amx_available();
+    const int64_t panels = (N + bseq::kPanel - 1) / bseq::kPanel;
+    run_maybe_parallel(pool, N * K * M >= kSerialWork && panels >= 2, [&](int ith, int nth) {
+        const int64_t p0 = panels * ith / nth, p1 = panels * (ith + 1) / nth;
+        if (p0 < p1)
+            bseq::matmul_avx512(wtype, w, (size_t)wrb, N, p0 * bseq::kPanel,
+                                std::min(N, p1 * bseq::kPanel), ap, Y, ldy, amx);
+    });
+}
+
+}  // namespace
+
 void matmul_q(ThreadPool& pool, GGMLType wtype, const void* W, int64_t N, int64_t K,
               const void* Xq, int64_t M, float* Y, int64_t ldy, Isa isa) {
     const TypeTraits& wt = traits_or_throw(wtype, "matmul_q");
@@ -83,6 +110,10 @@ void matmul_q(ThreadPool& pool, GGMLType wtype, const void* W, int64_t N, int64_
 
     const uint8_t* w = (const uint8_t*)W;
     const uint8_t* x = (const uint8_t*)Xq;
+    if (ks->bseq) {
+        matmul_bseq(pool, wtype, w, wrb, N, K, x, xrb, M, Y, ldy);
+        return;
+    }
     const int64_t R = M == 1 ? ks->decode_r : ks->max_r, C = ks->max_c;
     auto work = [&](int ith, int nth) {
         const int64_t per = (N + nth - 1) / nth;

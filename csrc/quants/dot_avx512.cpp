@@ -13,6 +13,7 @@
 // Each (weight row, activation row) pair sees the same operation sequence whatever the tile
 // size, which is what makes matmul batch invariant.
 #include "dot_impl.h"
+#include "bseq.h"
 
 #if LLL_BUILD_AVX512
 #include <immintrin.h>
@@ -363,16 +364,31 @@ template <int R, int C> using F32Tile = FloatTile<F32Load, R, C>;
 template <int R, int C> using F16Tile = FloatTile<F16Load, R, C>;
 template <int R, int C> using BF16Tile = FloatTile<BF16Load, R, C>;
 
+// Block-sequential types (bseq.h): the 1 x 1 dot and every tile are the reference fold, which
+// the panel kernels of bseq_avx512.cpp reproduce bit for bit; matmul uses those.
+template <GGMLType T>
+float bseq_dot(int64_t n, const void* w, const void* x) { return bseq::dot_ref(T, n, w, x); }
+
+template <GGMLType T>
+KernelSet make_bseq_set() {
+    KernelSet ks = make_tile_set<DotTile<&bseq_dot<T>>::template T, 1, 1>(Isa::AVX512);
+    ks.bseq = true;
+    return ks;
+}
+
 }  // namespace avx512_impl
 using namespace avx512_impl;
 
 const KernelSet* avx512_kernels(GGMLType wtype) {
     // Tile shapes measured on a Sapphire Rapids core (GOP/s with weights in L2).
-    static const KernelSet q4_0 = make_tile_set<Q4_0Tile, 4, 4>(Isa::AVX512),
-                           q4_1 = make_tile_set<Q4_1Tile, 4, 4>(Isa::AVX512),
-                           q5_0 = make_tile_set<Q5_0Tile, 4, 4>(Isa::AVX512),
-                           q5_1 = make_tile_set<Q5_1Tile, 4, 4>(Isa::AVX512),
-                           q8_0 = make_tile_set<Q8_0Tile, 2, 4>(Isa::AVX512),
+    static const KernelSet q4_0 = make_bseq_set<GGMLType::Q4_0>(),
+                           q4_1 = make_bseq_set<GGMLType::Q4_1>(),
+                           q5_0 = make_bseq_set<GGMLType::Q5_0>(),
+                           q5_1 = make_bseq_set<GGMLType::Q5_1>(),
+                           q8_0 = make_bseq_set<GGMLType::Q8_0>(),
+                           q4_k = make_bseq_set<GGMLType::Q4_K>(),
+                           q5_k = make_bseq_set<GGMLType::Q5_K>(),
+                           q6_k = make_bseq_set<GGMLType::Q6_K>(),
                            f32 = make_tile_set<F32Tile, 4, 3, 2>(Isa::AVX512),
                            f16 = make_tile_set<F16Tile, 4, 3, 2>(Isa::AVX512),
                            bf16 = make_tile_set<BF16Tile, 4, 3, 2>(Isa::AVX512);
@@ -385,6 +401,9 @@ const KernelSet* avx512_kernels(GGMLType wtype) {
         case GGMLType::F32: return &f32;
         case GGMLType::F16: return &f16;
         case GGMLType::BF16: return &bf16;
+        case GGMLType::Q4_K: return &q4_k;
+        case GGMLType::Q5_K: return &q5_k;
+        case GGMLType::Q6_K: return &q6_k;
         default: return avx512_kquant_kernels(wtype);
     }
 }

@@ -53,6 +53,7 @@ struct KernelSet {
     int max_r, max_c;                      // largest tile provided (used for M > 1)
     int decode_r;                          // weight rows per tile when M == 1 (<= max_r)
     TileFn tile[kMaxTile][kMaxTile];       // tile[R-1][C-1]; set for R <= max_r, C <= max_c
+    bool bseq = false;                     // matmul goes through bseq::matmul_avx512 (bseq.h)
 };
 
 // Kernel set implemented at exactly this level, or nullptr (type not written for that level,

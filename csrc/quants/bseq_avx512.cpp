@@ -1,0 +1,352 @@
+// bseq_avx512.cpp — block-sequential matmul (bseq.h) with AVX-512 VNNI.
+//
+// A panel of 16 weight rows is unpacked once into "B layout": per 32-element unit, 8 vectors of
+// 16 lanes (one lane per weight row) x 4 consecutive quants as unsigned bytes, plus per-lane
+// scales. A kernel then takes each activation row's 4 quants as a broadcast dword, so one
+// vpdpbusd adds 4 products to each of the 16 rows' exact integer sums; every lane ends a unit
+// holding a whole unit sum, and the float fold of bseq.h runs with rows in lanes. The unpacked
+// panel is reused by every activation row of the block (the prompt GEMM), and a decode step
+// (one row) does the very same operations, so results are identical for any batch shape.
+#include "bseq.h"
+
+#include "dot_impl.h"
+
+#if LLL_BUILD_AVX512
+// GCC 12 warns about the undefined upper lanes inside its own intrinsic headers (false positive).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#include <string.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "bseq_panel.h"
+
+namespace lll {
+namespace bseq {
+namespace {
+
+// ---- transposes and gathers over the 16 rows of a panel --------------------------------------
+
+// t[i] lane r = bytes 4i..4i+3 at byte offset `off` of row r (16 bytes per row).
+inline void transpose_16x16(const uint8_t* const* rows, size_t off, __m512i* t) {
+    __m512i z[4];
+    for (int j = 0; j < 4; ++j) {      // 128-bit lane i of z[j] holds row 4i + j
+        __m512i v = _mm512_zextsi128_si512(_mm_loadu_si128((const __m128i*)(rows[j] + off)));
+        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i*)(rows[4 + j] + off)), 1);
+        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i*)(rows[8 + j] + off)), 2);
+        z[j] = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i*)(rows[12 + j] + off)), 3);
+    }
+    const __m512i a0 = _mm512_unpacklo_epi32(z[0], z[1]), a1 = _mm512_unpackhi_epi32(z[0], z[1]);
+    const __m512i a2 = _mm512_unpacklo_epi32(z[2], z[3]), a3 = _mm512_unpackhi_epi32(z[2], z[3]);
+    t[0] = _mm512_unpacklo_epi64(a0, a2);
+    t[1] = _mm512_unpackhi_epi64(a0, a2);
+    t[2] = _mm512_unpacklo_epi64(a1, a3);
+    t[3] = _mm512_unpackhi_epi64(a1, a3);
+}
+
+// 32 bytes per row: t[0..7].
+inline void transpose_16x32(const uint8_t* const* rows, size_t off, __m512i* t) {
+    transpose_16x16(rows, off, t);
+    transpose_16x16(rows, off + 16, t + 4);
+}
+
+struct Rows {
+    const uint8_t* p[kPanel];
+    __m512i vidx;                  // byte offset of each row from p[0]
+    Rows(const uint8_t* w, size_t ws, int nvalid) {
+        alignas(64) int32_t off[kPanel];
+        for (int r = 0; r < kPanel; ++r) {
+            const int rr = std::min(r, nvalid - 1);   // rows past N repeat the last one
+            p[r] = w + rr * ws;
+            off[r] = (int32_t)(rr * ws);
+        }
+        vidx = _mm512_load_si512(off);
+    }
+    __m512i gather(size_t off) const { return _mm512_i32gather_epi32(vidx, (const void*)(p[0] + off), 1); }
+};
+
+inline __m512 f16_low(__m512i v) { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v)); }
+inline __m512 f16_high(__m512i v) { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(v, 16))); }
+inline __m512i lo4(__m512i v) { return _mm512_and_si512(v, _mm512_set1_epi8(0x0F)); }
+inline __m512i hi4(__m512i v) { return _mm512_and_si512(_mm512_srli_epi32(v, 4), _mm512_set1_epi8(0x0F)); }
+
+// Dword whose byte i is 0x10 when bit i of the index (0..15) is set: a Q5 fifth-bit spread.
+alignas(64) constexpr int32_t kSpread5[16] = {
+    0x00000000, 0x00000010, 0x00001000, 0x00001010, 0x00100000, 0x00100010, 0x00101000, 0x00101010,
+    0x10000000, 0x10000010, 0x10001000, 0x10001010, 0x10100000, 0x10100010, 0x10101000, 0x10101010};
+
+// ---- packers: one function per weight type, filling units [0, nu) of the panel --------------
+
+template <int kBytes, int kQs, int kQh, bool kMin>
+void pack_legacy4(const Rows& R, int64_t nu, const Panel& P) {   // Q4_0, Q4_1, Q5_0, Q5_1
+    const __m512i spread = _mm512_load_si512(kSpread5);
+    for (int64_t u = 0; u < nu; ++u) {
+        const size_t base = (size_t)u * kBytes;
+        if ((u & 3) == 0)
+            for (int r = 0; r < kPanel; ++r) kern::prefetch_ahead<4 * kBytes>(R.p[r] + base);
+        __m512i t[4], B[8];
+        transpose_16x16(R.p, base + kQs, t);
+        for (int i = 0; i < 4; ++i) {
+            B[i] = lo4(t[i]);
+            B[4 + i] = hi4(t[i]);
+        }
+        if constexpr (kQh >= 0) {
+            const __m512i qh = R.gather(base + kQh);
+            for (int kg = 0; kg < 8; ++kg) {
+                const __m512i nib = _mm512_and_si512(_mm512_srli_epi32(qh, 4 * kg), _mm512_set1_epi32(15));
+                B[kg] = _mm512_or_si512(B[kg], _mm512_permutexvar_epi32(nib, spread));
+            }
+        }
+        for (int kg = 0; kg < 8; ++kg) _mm512_store_si512(P.q + u * 512 + 64 * kg, B[kg]);
+        const __m512i dm = R.gather(base);
+        _mm512_store_ps(P.d + 16 * u, f16_low(dm));
+        if constexpr (kMin) _mm512_store_ps(P.m + 16 * u, f16_high(dm));
+    }
+}
+
+void pack_q8_0(const Rows& R, int64_t nu, const Panel& P) {
+    constexpr int kBytes = sizeof(block_q8_0);
+    for (int64_t u = 0; u < nu; ++u) {
+        const size_t base = (size_t)u * kBytes;
+        if ((u & 1) == 0)
+            for (int r = 0; r < kPanel; ++r) kern::prefetch_ahead<2 * kBytes>(R.p[r] + base);
+        __m512i t[8];
+        transpose_16x32(R.p, base + 2, t);
+        for (int kg = 0; kg < 8; ++kg)   // signed -> unsigned (q + 128); the bias term removes 128 sum x
+            _mm512_store_si512(P.q + u * 512 + 64 * kg, _mm512_xor_si512(t[kg], _mm512_set1_epi8((char)0x80)));
+        _mm512_store_ps(P.d + 16 * u, f16_low(R.gather(base)));
+    }
+}
+
+// Q4_K / Q5_K scales and mins of sub-block j for 16 rows (a0..a2: the 12 scale bytes).
+inline void k4_scales(__m512i a0, __m512i a1, __m512i a2, int j, __m512i* sc, __m512i* mn) {
+    const __m512i m6 = _mm512_set1_epi32(63), m4 = _mm512_set1_epi32(15), m2 = _mm512_set1_epi32(3);
+    if (j < 4) {
+        *sc = _mm512_and_si512(_mm512_srli_epi32(a0, 8 * j), m6);
+        *mn = _mm512_and_si512(_mm512_srli_epi32(a1, 8 * j), m6);
+    } else {
+        const int s = 8 * (j - 4);
+        const __m512i hs = _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(a0, s + 6), m2), 4);
+        const __m512i hm = _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(a1, s + 6), m2), 4);
+        *sc = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(a2, s), m4), hs);
+        *mn = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(a2, s + 4), m4), hm);
+    }
+}
+
+template <bool kQ5>
+void pack_k4(const Rows& R, int64_t nu, const Panel& P) {   // Q4_K, Q5_K
+    constexpr int kBytes = kQ5 ? sizeof(block_q5_K) : sizeof(block_q4_K);
+    constexpr int kQs = kQ5 ? 48 : 16;
+    for (int64_t g = 0; g < nu / 8; ++g) {
+        const size_t base = (size_t)g * kBytes;
+        for (int r = 0; r < kPanel; ++r) kern::prefetch_ahead<kBytes>(R.p[r] + base);
+        __m512i h[8];
+        if constexpr (kQ5) transpose_16x32(R.p, base + 16, h);
+        const __m512i a0 = R.gather(base + 4), a1 = R.gather(base + 8), a2 = R.gather(base + 12);
+        for (int c = 0; c < 4; ++c) {
+            __m512i t[8];
+            transpose_16x32(R.p, base + kQs + 32 * c, t);
+            for (int odd = 0; odd < 2; ++odd) {
+                const int j = 2 * c + odd;
+                const int64_t u = 8 * g + j;
+                for (int kg = 0; kg < 8; ++kg) {
+                    __m512i q = odd ? hi4(t[kg]) : lo4(t[kg]);
+                    if constexpr (kQ5) {
+                        const __m512i b = j <= 4 ? _mm512_slli_epi32(h[kg], 4 - j) : _mm512_srli_epi32(h[kg], j - 4);
+                        q = _mm512_or_si512(q, _mm512_and_si512(b, _mm512_set1_epi8(0x10)));
+                    }
+                    _mm512_store_si512(P.q + u * 512 + 64 * kg, q);
+                }
+                __m512i sc, mn;
+                k4_scales(a0, a1, a2, j, &sc, &mn);
+                _mm512_store_si512(P.sc + 32 * u, sc);
+                _mm512_store_si512(P.pair + 16 * u, _mm512_or_si512(mn, _mm512_slli_epi32(mn, 16)));
+            }
+        }
+        const __m512i dm = R.gather(base);
+        _mm512_store_ps(P.d + 16 * g, f16_low(dm));
+        _mm512_store_ps(P.m + 16 * g, f16_high(dm));
+    }
+}
+
+void pack_q6_K(const Rows& R, int64_t nu, const Panel& P) {
+    constexpr int kBytes = sizeof(block_q6_K);
+    const __m512i m2 = _mm512_set1_epi8(3);
+    for (int64_t g = 0; g < nu / 8; ++g) {
+        const size_t base = (size_t)g * kBytes;
+        for (int r = 0; r < kPanel; ++r) kern::prefetch_ahead<kBytes>(R.p[r] + base);
+        __m512i s[4];
+        for (int i = 0; i < 4; ++i) s[i] = R.gather(base + 192 + 4 * i);
+        for (int half = 0; half < 2; ++half) {
+            __m512i l0[8], l1[8], hb[8];
+            transpose_16x32(R.p, base + 64 * half, l0);
+            transpose_16x32(R.p, base + 64 * half + 32, l1);
+            transpose_16x32(R.p, base + 128 + 32 * half, hb);
+            for (int quarter = 0; quarter < 4; ++quarter) {
+                const int64_t u = 8 * g + 4 * half + quarter;
+                for (int kg = 0; kg < 8; ++kg) {
+                    const __m512i src = quarter % 2 ? l1[kg] : l0[kg];
+                    const __m512i lo = quarter < 2 ? lo4(src) : hi4(src);
+                    const __m512i hi = _mm512_and_si512(_mm512_srli_epi32(hb[kg], 2 * quarter), m2);
+                    _mm512_store_si512(P.q + u * 512 + 64 * kg, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 4)));
+                }
+                __m512i sc[2];
+                for (int k = 0; k < 2; ++k) {      // int8 scale of sub-block 2 (u % 8) + k, sign-extended
+                    const int sb = 2 * (4 * half + quarter) + k;
+                    sc[k] = _mm512_srai_epi32(_mm512_slli_epi32(s[sb / 4], 24 - 8 * (sb % 4)), 24);
+                    _mm512_store_si512(P.sc + 32 * u + 16 * k, sc[k]);
+                }
+                const __m512i pair = _mm512_or_si512(_mm512_and_si512(sc[0], _mm512_set1_epi32(0xFFFF)),
+                                                     _mm512_slli_epi32(sc[1], 16));
+                _mm512_store_si512(P.pair + 16 * u, pair);
+            }
+        }
+        _mm512_store_ps(P.d + 16 * g, f16_high(R.gather(base + 206)));   // d: bytes 208..209
+    }
+}
+
+void pack_panel(GGMLType t, const Rows& R, int64_t nu, const Panel& P) {
+    switch (t) {
+        case GGMLType::Q4_0: pack_legacy4<sizeof(block_q4_0), 2, -1, false>(R, nu, P); break;
+        case GGMLType::Q4_1: pack_legacy4<sizeof(block_q4_1), 4, -1, true>(R, nu, P); break;
+        case GGMLType::Q5_0: pack_legacy4<sizeof(block_q5_0), 6, 2, false>(R, nu, P); break;
+        case GGMLType::Q5_1: pack_legacy4<sizeof(block_q5_1), 8, 4, true>(R, nu, P); break;
+        case GGMLType::Q8_0: pack_q8_0(R, nu, P); break;
+        case GGMLType::Q4_K: pack_k4<false>(R, nu, P); break;
+        case GGMLType::Q5_K: pack_k4<true>(R, nu, P); break;
+        default: pack_q6_K(R, nu, P); break;
+    }
+}
+
+// ---- kernels: C activation rows x one panel, the fold of bseq.h with rows in lanes -----------
+
+inline __m512i bcast4(const int8_t* p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+}
+
+// Exact unit sums (4 products per dpbusd per lane) of units u for activation row x.
+inline __m512i unit_sum(const __m512i* B, const int8_t* x, int k0, int k1) {
+    __m512i c = _mm512_setzero_si512();
+    for (int kg = k0; kg < k1; ++kg) c = _mm512_dpbusd_epi32(c, B[kg], bcast4(x + 4 * kg));
+    return c;
+}
+
+inline void load_units(const Panel& P, int64_t u, __m512i* B) {
+    for (int kg = 0; kg < 8; ++kg) B[kg] = _mm512_load_si512(P.q + u * 512 + 64 * kg);
+}
+
+inline __m512 neg(__m512 v) { return _mm512_xor_ps(v, _mm512_set1_ps(-0.0f)); }
+
+template <int C, bool kMin>
+void kernel_legacy(const Panel& P, int64_t nu, const ActPack& a, int64_t m, __m512* acc) {
+    const int8_t* x[C];
+    for (int c = 0; c < C; ++c) x[c] = a.q + (m + c) * a.K;
+    for (int64_t u = 0; u < nu; ++u) {
+        __m512i B[8];
+        load_units(P, u, B);
+        const __m512 dw = _mm512_load_ps(P.d + 16 * u);
+        for (int c = 0; c < C; ++c) {
+            __m512i s = unit_sum(B, x[c] + 32 * u, 0, 8);
+            const int64_t i = (m + c) * nu + u;
+            if constexpr (!kMin) s = _mm512_sub_epi32(s, _mm512_set1_epi32(a.bias[i]));
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(a.d[i])), acc[c]);
+            if constexpr (kMin) acc[c] = _mm512_fmadd_ps(_mm512_load_ps(P.m + 16 * u), _mm512_set1_ps(a.s[i]), acc[c]);
+        }
+    }
+}
+
+template <int C, bool kQ6>
+void kernel_kquant(const Panel& P, int64_t nu, const ActPack& a, int64_t m, __m512* acc) {
+    const int8_t* x[C];
+    for (int c = 0; c < C; ++c) x[c] = a.q + (m + c) * a.K;
+    const int64_t ng = nu / 8;
+    for (int64_t g = 0; g < ng; ++g) {
+        __m512i isum[C], aux[C];      // aux: msum (Q4_K/Q5_K) or sum sc * bsum (Q6_K)
+        for (int c = 0; c < C; ++c) isum[c] = aux[c] = _mm512_setzero_si512();
+        for (int64_t u = 8 * g; u < 8 * g + 8; ++u) {
+            __m512i B[8];
+            load_units(P, u, B);
+            const __m512i sc0 = _mm512_load_si512(P.sc + 32 * u), pair = _mm512_load_si512(P.pair + 16 * u);
+            const __m512i sc1 = kQ6 ? _mm512_load_si512(P.sc + 32 * u + 16) : sc0;
+            for (int c = 0; c < C; ++c) {
+                const int8_t* xu = x[c] + 32 * u;
+                if constexpr (kQ6) {
+                    isum[c] = _mm512_add_epi32(isum[c], _mm512_mullo_epi32(sc0, unit_sum(B, xu, 0, 4)));
+                    isum[c] = _mm512_add_epi32(isum[c], _mm512_mullo_epi32(sc1, unit_sum(B, xu, 4, 8)));
+                } else {
+                    isum[c] = _mm512_add_epi32(isum[c], _mm512_mullo_epi32(sc0, unit_sum(B, xu, 0, 8)));
+                }
+                aux[c] = _mm512_dpwssd_epi32(aux[c], pair, _mm512_set1_epi32(a.bsum[(m + c) * nu + u]));
+            }
+        }
+        const __m512 dw = _mm512_load_ps(P.d + 16 * g);
+        for (int c = 0; c < C; ++c) {
+            const __m512 dx = _mm512_set1_ps(a.d[(m + c) * ng + g]);
+            if constexpr (kQ6) isum[c] = _mm512_sub_epi32(isum[c], _mm512_slli_epi32(aux[c], 5));
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), _mm512_mul_ps(dw, dx), acc[c]);
+            if constexpr (!kQ6)
+                acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(aux[c]),
+                                         neg(_mm512_mul_ps(_mm512_load_ps(P.m + 16 * g), dx)), acc[c]);
+        }
+    }
+}
+
+template <int C>
+void run_rows(GGMLType t, const Panel& P, int64_t nu, const ActPack& a, int64_t m, float* y,
+              int64_t ldy, __mmask16 lanes) {
+    __m512 acc[C];
+    for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
+    switch (t) {
+        case GGMLType::Q4_1: case GGMLType::Q5_1: kernel_legacy<C, true>(P, nu, a, m, acc); break;
+        case GGMLType::Q4_K: case GGMLType::Q5_K: kernel_kquant<C, false>(P, nu, a, m, acc); break;
+        case GGMLType::Q6_K: kernel_kquant<C, true>(P, nu, a, m, acc); break;
+        default: kernel_legacy<C, false>(P, nu, a, m, acc); break;
+    }
+    for (int c = 0; c < C; ++c) _mm512_mask_storeu_ps(y + (m + c) * ldy, lanes, acc[c]);
+}
+
+constexpr int64_t kActBlock = 64;   // activation rows per pass over a packed panel
+
+}  // namespace
+
+void matmul_avx512(GGMLType t, const uint8_t* W, size_t ws, int64_t N, int64_t n0, int64_t n1,
+                   const ActPack& a, float* Y, int64_t ldy, bool use_amx) {
+    const int64_t nu = a.K / 32;
+    thread_local PanelBuffer buf;
+    const Panel P = buf.get(nu);
+    for (int64_t mb = 0; mb < a.M; mb += kActBlock) {
+        const int64_t me = std::min(a.M, mb + kActBlock);
+        for (int64_t p = n0; p < n1; p += kPanel) {
+            const int nvalid = (int)std::min<int64_t>(kPanel, N - p);
+            pack_panel(t, Rows(W + p * ws, ws, nvalid), nu, P);
+            const __mmask16 lanes = (__mmask16)((1u << nvalid) - 1);
+            int64_t m = mb;
+            if (use_amx && me - m >= 16) m = amx_rows(t, P, nu, a, m, me, Y + p, ldy, lanes);
+            for (; m + 4 <= me; m += 4) run_rows<4>(t, P, nu, a, m, Y + p, ldy, lanes);
+            switch (me - m) {
+                case 3: run_rows<3>(t, P, nu, a, m, Y + p, ldy, lanes); break;
+                case 2: run_rows<2>(t, P, nu, a, m, Y + p, ldy, lanes); break;
+                case 1: run_rows<1>(t, P, nu, a, m, Y + p, ldy, lanes); break;
+                default: break;
+            }
+        }
+    }
+}
+
+}  // namespace bseq
+}  // namespace lll
+
+#else   // !LLL_BUILD_AVX512
+#include <stdexcept>
+namespace lll {
+namespace bseq {
+void matmul_avx512(GGMLType, const uint8_t*, size_t, int64_t, int64_t, int64_t, const ActPack&, float*,
+                   int64_t, bool) {
+    throw std::logic_error("bseq::matmul_avx512: not compiled in");
+}
+}  // namespace bseq
+}  // namespace lll
+#endif

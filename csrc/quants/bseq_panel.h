@@ -1,0 +1,53 @@
+// bseq_panel.h — a packed panel of 16 weight rows (see bseq_avx512.cpp), shared by the VNNI
+// and AMX kernels of the block-sequential matmul. Private to csrc/quants.
+#pragma once
+#include <stdint.h>
+#include <stdlib.h>
+#include <new>
+#include "bseq.h"
+
+namespace lll {
+namespace bseq {
+
+// Per 32-element unit u (nu units; a scale group g is one unit for legacy types, 8 for K-quants):
+struct Panel {
+    uint8_t* q;       // [nu][8][64]  k-group kg, lane n, 4 unsigned quants
+    float* d;         // [ng][16]     weight scale of group g, row n
+    float* m;         // [nu][16]     legacy min m_w (Q4_1/Q5_1), or [ng][16] dmin (Q4_K/Q5_K)
+    int32_t* sc;      // [nu][2][16]  sub-block scales: Q4_K/Q5_K [0]; Q6_K both 16-halves
+    int32_t* pair;    // [nu][16]     int16 pair for vpdpwssd: (min, min) Q4_K/Q5_K; (sc0, sc1) Q6_K
+};
+
+// Grows, never shrinks; one per thread.
+class PanelBuffer {
+public:
+    ~PanelBuffer() { free(mem_); }
+    Panel get(int64_t nu) {
+        const size_t need = (size_t)nu * (512 + 64 + 64 + 128 + 64);
+        if (need > cap_) {
+            free(mem_);
+            mem_ = aligned_alloc(64, need);
+            if (!mem_) throw std::bad_alloc();
+            cap_ = need;
+        }
+        uint8_t* p = (uint8_t*)mem_;
+        Panel P;
+        P.q = p;                          p += nu * 512;
+        P.d = (float*)p;                  p += nu * 64;
+        P.m = (float*)p;                  p += nu * 64;
+        P.sc = (int32_t*)p;               p += nu * 128;
+        P.pair = (int32_t*)p;
+        return P;
+    }
+private:
+    void* mem_ = nullptr;
+    size_t cap_ = 0;
+};
+
+// AMX: activation rows [m, me) in multiples of 16 against one packed panel; returns the first
+// row not done (m itself when AMX is not compiled in or not available).
+int64_t amx_rows(GGMLType t, const Panel& P, int64_t nu, const ActPack& a, int64_t m, int64_t me,
+                 float* y, int64_t ldy, uint16_t lanes);
+
+}  // namespace bseq
+}  // namespace lll
