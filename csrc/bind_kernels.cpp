@@ -17,6 +17,7 @@
 #include <string>
 
 #include "matmul.h"
+#include "quants/bseq.h"
 #include "quants.h"
 #include "quants/dot_impl.h"
 #include "threadpool.h"
@@ -220,6 +221,8 @@ double dispatch_latency_ns_py(int n_threads, int iters, double work_ns) {
 }  // namespace
 
 void register_kernels(py::module_& m) {
+    m.def("amx_available", &lll::bseq::amx_available,
+          "AMX tiles usable (CPU, OS permission, not disabled by LOCALLLM_NO_AMX=1): prompt GEMMs use them.");
     m.def("best_isa", [] { return static_cast<int>(lll::best_isa()); },
           "Fastest kernel level compiled in and supported here: 0 scalar, 1 avx2, 2 avx512.");
     m.def("isa_available", [](int isa) {

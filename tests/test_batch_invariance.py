@@ -29,9 +29,9 @@ def make_engine(key: str, max_batch_tokens: int, max_running: int, kv_blocks: in
 
 
 def run_batch(engine: Engine, prompts: list[list[int]]) -> list[tuple[list[int], np.ndarray]]:
-    """Submit all prompts at once (greedy, N_NEW tokens, EOS allowed); per prompt the output
-    tokens and the logits of every step [steps, n_vocab]."""
-    params = SamplingParams(max_tokens=N_NEW, temperature=0.0, seed=0)
+    """Submit all prompts at once (greedy, exactly N_NEW tokens: EOS ignored, so every sequence
+    stays in the batch); per prompt the output tokens and the logits of every step."""
+    params = SamplingParams(max_tokens=N_NEW, temperature=0.0, seed=0, ignore_eos=True)
     ids = [engine.submit(p, params, keep_logits=True) for p in prompts]
     results = []
     for rid in ids:

@@ -1,5 +1,163 @@
-// bseq_amx.cpp — block-sequential matmul on AMX tiles (filled in below when compiled with AMX).
+// bseq_amx.cpp — block-sequential matmul (bseq.h) on Intel AMX tiles.
+//
+// One TDPBSUD multiplies 16 activation rows (signed int8, a tile of 16 x 32 bytes read straight
+// from the row-major activation quants) by one packed 32-element unit of 16 weight rows
+// (unsigned, the panel's B layout is exactly AMX's 8 x 64-byte B tile), giving the 16 x 16
+// exact unit sums at once. The float fold then runs with the same instructions, in the same
+// order, as the VNNI kernels of bseq_avx512.cpp, so both paths give bit-identical results and
+// which one runs (AMX for blocks of 16 rows, VNNI for the rest) never shows in the output.
 #include "bseq_panel.h"
+#include "dot_impl.h"
+
+#if LLL_BUILD_AVX512 && defined(__AMX_TILE__) && defined(__AMX_INT8__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <cpuid.h>
+#include <immintrin.h>
+#include <stdlib.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+namespace lll {
+namespace bseq {
+namespace {
+
+bool probe_amx() {
+    const char* off = getenv("LOCALLLM_NO_AMX");
+    if (off && *off && *off != '0') return false;
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+    if (!(d & (1u << 24)) || !(d & (1u << 25))) return false;        // AMX-TILE, AMX-INT8
+    constexpr long kReqXcompPerm = 0x1023, kXtileData = 18;          // Linux arch_prctl
+    return syscall(SYS_arch_prctl, kReqXcompPerm, kXtileData) == 0;
+}
+
+struct TileConfig {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+};
+
+// Tile registers (GCC's _tile_* macros paste the number into the instruction: literals only).
+#define kC 0      // unit sums, int32
+#define kA 1      // activations
+#define kB 2      // packed weights
+#define kC2 3
+#define kA16 4
+#define kB16 5
+
+void configure_tiles() {
+    alignas(64) TileConfig cfg = {};
+    cfg.palette = 1;
+    auto set = [&](int t, int rows, int colsb) { cfg.rows[t] = (uint8_t)rows; cfg.colsb[t] = (uint16_t)colsb; };
+    set(kC, 16, 64);      // 16 activation rows x 16 weight rows, int32
+    set(kA, 16, 32);      // 16 activation rows x one 32-element unit
+    set(kB, 8, 64);       // one unit of the panel: 8 k-groups x (16 rows x 4 quants)
+    set(kC2, 16, 64);
+    set(kA16, 16, 16);    // Q6_K: half units of 16 elements
+    set(kB16, 4, 64);
+    _tile_loadconfig(&cfg);
+}
+
+inline __m512 neg(__m512 v) { return _mm512_xor_ps(v, _mm512_set1_ps(-0.0f)); }
+
+// Unit sums C[16 act rows][16 weight rows] of unit u (halves: Q6_K's two 16-element halves).
+inline void unit_tile(const ActPack& a, int64_t m, const Panel& P, int64_t u, int32_t* c) {
+    _tile_zero(kC);
+    _tile_loadd(kA, a.q + m * a.K + 32 * u, a.K);
+    _tile_loadd(kB, P.q + u * 512, 64);
+    _tile_dpbsud(kC, kA, kB);
+    _tile_stored(kC, c, 64);
+}
+
+inline void half_tiles(const ActPack& a, int64_t m, const Panel& P, int64_t u, int32_t* c0, int32_t* c1) {
+    _tile_zero(kC);
+    _tile_zero(kC2);
+    _tile_loadd(kA16, a.q + m * a.K + 32 * u, a.K);
+    _tile_loadd(kB16, P.q + u * 512, 64);
+    _tile_dpbsud(kC, kA16, kB16);
+    _tile_loadd(kA16, a.q + m * a.K + 32 * u + 16, a.K);
+    _tile_loadd(kB16, P.q + u * 512 + 256, 64);
+    _tile_dpbsud(kC2, kA16, kB16);
+    _tile_stored(kC, c0, 64);
+    _tile_stored(kC2, c1, 64);
+}
+
+template <bool kMin>
+void rows16_legacy(const Panel& P, int64_t nu, const ActPack& a, int64_t m, __m512* acc) {
+    alignas(64) int32_t c[16 * 16];
+    for (int64_t u = 0; u < nu; ++u) {
+        unit_tile(a, m, P, u, c);
+        const __m512 dw = _mm512_load_ps(P.d + 16 * u);
+        for (int r = 0; r < 16; ++r) {      // same operations as kernel_legacy (bseq_avx512.cpp)
+            __m512i s = _mm512_load_si512(c + 16 * r);
+            const int64_t i = (m + r) * nu + u;
+            if constexpr (!kMin) s = _mm512_sub_epi32(s, _mm512_set1_epi32(a.bias[i]));
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(a.d[i])), acc[r]);
+            if constexpr (kMin) acc[r] = _mm512_fmadd_ps(_mm512_load_ps(P.m + 16 * u), _mm512_set1_ps(a.s[i]), acc[r]);
+        }
+    }
+}
+
+template <bool kQ6>
+void rows16_kquant(const Panel& P, int64_t nu, const ActPack& a, int64_t m, __m512* acc) {
+    alignas(64) int32_t c0[16 * 16], c1[16 * 16];
+    for (int64_t g = 0; g < nu / 8; ++g) {
+        __m512i isum[16], aux[16];
+        for (int r = 0; r < 16; ++r) isum[r] = aux[r] = _mm512_setzero_si512();
+        for (int64_t u = 8 * g; u < 8 * g + 8; ++u) {
+            if constexpr (kQ6) half_tiles(a, m, P, u, c0, c1);
+            else unit_tile(a, m, P, u, c0);
+            const __m512i sc0 = _mm512_load_si512(P.sc + 32 * u), pair = _mm512_load_si512(P.pair + 16 * u);
+            const __m512i sc1 = kQ6 ? _mm512_load_si512(P.sc + 32 * u + 16) : sc0;
+            for (int r = 0; r < 16; ++r) {   // integer terms: exact, any order
+                isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(sc0, _mm512_load_si512(c0 + 16 * r)));
+                if constexpr (kQ6) isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(sc1, _mm512_load_si512(c1 + 16 * r)));
+                aux[r] = _mm512_dpwssd_epi32(aux[r], pair, _mm512_set1_epi32(a.bsum[(m + r) * nu + u]));
+            }
+        }
+        const __m512 dw = _mm512_load_ps(P.d + 16 * g);
+        const int64_t ng = nu / 8;
+        for (int r = 0; r < 16; ++r) {      // same float operations as kernel_kquant
+            const __m512 dx = _mm512_set1_ps(a.d[(m + r) * ng + g]);
+            if constexpr (kQ6) isum[r] = _mm512_sub_epi32(isum[r], _mm512_slli_epi32(aux[r], 5));
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r]), _mm512_mul_ps(dw, dx), acc[r]);
+            if constexpr (!kQ6)
+                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(aux[r]),
+                                         neg(_mm512_mul_ps(_mm512_load_ps(P.m + 16 * g), dx)), acc[r]);
+        }
+    }
+}
+
+}  // namespace
+
+bool amx_available() {
+    static const bool ok = probe_amx();
+    return ok;
+}
+
+int64_t amx_rows(GGMLType t, const Panel& P, int64_t nu, const ActPack& a, int64_t m, int64_t me,
+                 float* y, int64_t ldy, uint16_t lanes) {
+    if (!amx_available()) return m;
+    configure_tiles();
+    for (; m + 16 <= me; m += 16) {
+        __m512 acc[16];
+        for (int r = 0; r < 16; ++r) acc[r] = _mm512_setzero_ps();
+        switch (t) {
+            case GGMLType::Q4_1: case GGMLType::Q5_1: rows16_legacy<true>(P, nu, a, m, acc); break;
+            case GGMLType::Q4_K: case GGMLType::Q5_K: rows16_kquant<false>(P, nu, a, m, acc); break;
+            case GGMLType::Q6_K: rows16_kquant<true>(P, nu, a, m, acc); break;
+            default: rows16_legacy<false>(P, nu, a, m, acc); break;
+        }
+        for (int r = 0; r < 16; ++r) _mm512_mask_storeu_ps(y + (m + r) * ldy, (__mmask16)lanes, acc[r]);
+    }
+    _tile_release();
+    return m;
+}
+
+}  // namespace bseq
+}  // namespace lll
+
+#else   // AMX not compiled in: the VNNI kernels do all rows
 
 namespace lll {
 namespace bseq {
@@ -13,3 +171,4 @@ int64_t amx_rows(GGMLType, const Panel&, int64_t, const ActPack&, int64_t m, int
 
 }  // namespace bseq
 }  // namespace lll
+#endif

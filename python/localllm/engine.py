@@ -304,7 +304,7 @@ class Engine:
         if req.times.first_token is None:
             req.times.first_token = now
         kept = logits.copy() if req.keep_logits else None
-        if tok in self._eog:
+        if tok in self._eog and not req.params.ignore_eos:
             self._finish(seq, "stop", RequestOutput(req.request_id, [], "", logits=kept))
             return
         seq.tokens.append(tok)

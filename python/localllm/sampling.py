@@ -34,6 +34,8 @@ class SamplingParams:
     ids to values added to their logits (``-inf`` bans a token). ``seed=None`` draws a random
     seed. ``stop`` lists strings that end generation (not included in the output).
     ``logprobs=None`` reports none; ``0`` the chosen token's; ``n`` also the ``n`` most likely.
+    ``ignore_eos`` keeps generating past end-of-generation tokens (as vLLM's option: benchmarks
+    and tests that need exactly ``max_tokens``).
     """
 
     temperature: float = 0.8
@@ -49,6 +51,7 @@ class SamplingParams:
     max_tokens: int = 256
     stop: list[str] = field(default_factory=list)
     logprobs: int | None = None
+    ignore_eos: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):  # OpenAI accepts a single string
