@@ -49,5 +49,10 @@ private:
 int64_t amx_rows(GGMLType t, const Panel& P, int64_t nu, const ActPack& a, int64_t m, int64_t me,
                  float* y, int64_t ldy, uint16_t lanes);
 
+// Activation rows [0, a.M) (a few: decode) against weight rows [n0, n1), straight from the
+// GGUF layout (bseq_decode.cpp); bit-identical to the panel kernels.
+void matmul_direct(GGMLType t, const uint8_t* W, size_t ws, int64_t N, int64_t n0, int64_t n1,
+                   const ActPack& a, float* Y, int64_t ldy);
+
 }  // namespace bseq
 }  // namespace lll
