@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <stdexcept>
+#include <vector>
 #include <string>
 
 #include "matmul.h"
@@ -129,6 +130,32 @@ py::array_t<float> matmul_py(const py::array& w, int wtype, int64_t N, int64_t K
     return y;
 }
 
+// matmul through a weight repacked for the block-sequential kernels (what models do at load).
+py::array_t<float> matmul_repacked_py(const py::array& w, int wtype, int64_t N, int64_t K, const F32Array& x,
+                                      int n_threads) {
+    const GGMLType t = static_cast<GGMLType>(wtype);
+    const lll::TypeTraits& wt = traits_from_int(wtype);
+    if (!lll::can_repack(t, lll::best_isa()))
+        throw std::invalid_argument(std::string("matmul_repacked: ") + wt.name + " is not repacked on this CPU");
+    const U8Array wb = raw_bytes(w, "w");
+    const int64_t wrb = row_bytes(wt, K);
+    if (N <= 0 || wb.size() != N * wrb) throw std::invalid_argument("matmul_repacked: w must be N rows of row_bytes");
+    if (x.ndim() != 2 || x.shape(1) != K) throw std::invalid_argument("matmul_repacked: x must be [M, K]");
+    const int64_t M = x.shape(0);
+    SharedPool& sp = shared_pool(n_threads);
+    py::array_t<float> y({M, N});
+    float* yp = y.mutable_data();
+    {
+        py::gil_scoped_release nogil;
+        std::lock_guard<std::mutex> lock(sp.busy);
+        const lll::RepackedWeight r = lll::repack_weight(sp.pool, t, wb.data(), N, K);
+        std::vector<uint8_t> xq(lll::act_buffer_bytes(wt.vec_dot_type, M, K));
+        lll::quantize_activations(sp.pool, wt.vec_dot_type, x.data(), M, K, xq.data(), lll::best_isa());
+        lll::matmul_q_repacked(sp.pool, t, r.data.get(), N, K, xq.data(), M, yp, N);
+    }
+    return y;
+}
+
 double thread_cpu_seconds() {
     timespec ts;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
@@ -221,6 +248,9 @@ double dispatch_latency_ns_py(int n_threads, int iters, double work_ns) {
 }  // namespace
 
 void register_kernels(py::module_& m) {
+    m.def("matmul_repacked", &matmul_repacked_py, py::arg("w"), py::arg("wtype"), py::arg("N"), py::arg("K"),
+          py::arg("x"), py::arg("n_threads") = 2,
+          "matmul with the weight first repacked into 16-row panels (bit-identical to matmul at the best ISA).");
     m.def("amx_available", &lll::bseq::amx_available,
           "AMX tiles usable (CPU, OS permission, not disabled by LOCALLLM_NO_AMX=1): prompt GEMMs use them.");
     m.def("best_isa", [] { return static_cast<int>(lll::best_isa()); },

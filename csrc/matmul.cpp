@@ -8,6 +8,7 @@
 // Y[m, n] is independent of M, of m's position, of the tile shape and of the thread count.
 #include "matmul.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include <algorithm>
@@ -74,7 +75,7 @@ namespace {
 // Block-sequential types (quants/bseq.h): activations split once, then each thread runs the
 // panel kernels over its own range of 16-row weight panels.
 void matmul_bseq(ThreadPool& pool, GGMLType wtype, const uint8_t* w, int64_t wrb, int64_t N, int64_t K,
-                 const uint8_t* x, int64_t xrb, int64_t M, float* Y, int64_t ldy) {
+                 const uint8_t* x, int64_t xrb, int64_t M, float* Y, int64_t ldy, bool repacked) {
     thread_local std::vector<uint8_t> scratch;
     const size_t need = bseq::act_pack_bytes(wtype, M, K);
     if (scratch.size() < need) scratch.resize(need);
@@ -89,7 +90,7 @@ void matmul_bseq(ThreadPool& pool, GGMLType wtype, const uint8_t* w, int64_t wrb
         const int64_t p0 = panels * ith / nth, p1 = panels * (ith + 1) / nth;
         if (p0 < p1)
             bseq::matmul_avx512(wtype, w, (size_t)wrb, N, p0 * bseq::kPanel,
-                                std::min(N, p1 * bseq::kPanel), ap, Y, ldy, amx);
+                                std::min(N, p1 * bseq::kPanel), ap, Y, ldy, amx, repacked);
     });
 }
 
@@ -111,7 +112,7 @@ void matmul_q(ThreadPool& pool, GGMLType wtype, const void* W, int64_t N, int64_
     const uint8_t* w = (const uint8_t*)W;
     const uint8_t* x = (const uint8_t*)Xq;
     if (ks->bseq) {
-        matmul_bseq(pool, wtype, w, wrb, N, K, x, xrb, M, Y, ldy);
+        matmul_bseq(pool, wtype, w, wrb, N, K, x, xrb, M, Y, ldy, false);
         return;
     }
     const int64_t R = M == 1 ? ks->decode_r : ks->max_r, C = ks->max_c;
@@ -132,6 +133,37 @@ void matmul_q(ThreadPool& pool, GGMLType wtype, const void* W, int64_t N, int64_
         }
     };
     run_maybe_parallel(pool, N * K * M >= kSerialWork && N >= 2 * kRowAlign, work);
+}
+
+bool can_repack(GGMLType wtype, Isa isa) {
+    const kern::KernelSet* ks = isa_available(isa) ? kern::find_kernels(wtype, isa) : nullptr;
+    return ks && ks->bseq;
+}
+
+RepackedWeight repack_weight(ThreadPool& pool, GGMLType wtype, const void* W, int64_t N, int64_t K) {
+    const TypeTraits& wt = traits_or_throw(wtype, "repack_weight");
+    const int64_t wrb = row_bytes(wt, K, "repack_weight");
+    if (N <= 0) throw std::invalid_argument("repack_weight: N must be > 0");
+    RepackedWeight r;
+    r.bytes = bseq::repacked_bytes(wtype, N, (size_t)wrb);
+    r.data.reset((uint8_t*)aligned_alloc(64, (r.bytes + 63) / 64 * 64));
+    if (!r.data) throw std::bad_alloc();
+    const int64_t panels = (N + bseq::kPanel - 1) / bseq::kPanel;
+    run_maybe_parallel(pool, panels >= 2, [&](int ith, int nth) {
+        bseq::repack_panels(wtype, (const uint8_t*)W, (size_t)wrb, N, K, r.data.get(), panels * ith / nth,
+                            panels * (ith + 1) / nth);
+    });
+    return r;
+}
+
+void matmul_q_repacked(ThreadPool& pool, GGMLType wtype, const void* Wr, int64_t N, int64_t K,
+                       const void* Xq, int64_t M, float* Y, int64_t ldy) {
+    const TypeTraits& wt = traits_or_throw(wtype, "matmul_q_repacked");
+    const int64_t wrb = row_bytes(wt, K, "matmul_q_repacked");
+    const int64_t xrb = row_bytes(traits_or_throw(wt.vec_dot_type, "matmul_q_repacked"), K, "matmul_q_repacked");
+    if (M < 0 || N < 0 || ldy < N) throw std::invalid_argument("matmul_q_repacked: bad M, N or ldy");
+    if (M == 0 || N == 0) return;
+    matmul_bseq(pool, wtype, (const uint8_t*)Wr, wrb, N, K, (const uint8_t*)Xq, xrb, M, Y, ldy, true);
 }
 
 void matmul(ThreadPool& pool, GGMLType wtype, const void* W, int64_t N, int64_t K,

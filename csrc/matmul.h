@@ -2,6 +2,8 @@
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <memory>
 #include "blocks.h"
 #include "quants.h"
 #include "threadpool.h"
@@ -21,6 +23,19 @@ void quantize_activations(ThreadPool& pool, GGMLType vec_dot_type, const float* 
 // depends on M or on which thread computed it (batch invariance).
 void matmul_q(ThreadPool& pool, GGMLType wtype, const void* W, int64_t N, int64_t K,
               const void* Xq, int64_t M, float* Y, int64_t ldy, Isa isa);
+
+// Weights repacked once for the block-sequential kernels (quants/bseq.h): same bytes as the
+// GGUF rows, laid out per panel of 16 rows so decode streams contiguous vectors.
+struct RepackedWeight {
+    struct Free { void operator()(uint8_t* p) const { free(p); } };
+    std::unique_ptr<uint8_t, Free> data;
+    size_t bytes = 0;
+};
+bool can_repack(GGMLType wtype, Isa isa);   // the type runs block-sequential at this ISA level
+RepackedWeight repack_weight(ThreadPool& pool, GGMLType wtype, const void* W, int64_t N, int64_t K);
+// matmul_q on a repacked weight: bit-identical to matmul_q on the original rows.
+void matmul_q_repacked(ThreadPool& pool, GGMLType wtype, const void* Wr, int64_t N, int64_t K,
+                       const void* Xq, int64_t M, float* Y, int64_t ldy);
 
 // Convenience: quantize X then matmul_q into Y (row stride N), with internal scratch.
 void matmul(ThreadPool& pool, GGMLType wtype, const void* W, int64_t N, int64_t K,

@@ -1,7 +1,10 @@
 // model.cpp — loading a model from GGUF and the shared skeleton of the forward pass.
 #include "model.h"
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <stdexcept>
 #include "matmul.h"
 #include "ops.h"
@@ -23,6 +26,28 @@ Model::Model(const std::string& path, int n_threads, int64_t kv_blocks, int kv_b
     kv_ = std::make_unique<KVCache>(hp_.n_layer, kv_blocks, kv_block_size,
                                     (int64_t)hp_.n_head_kv * hp_.head_dim);
     isa_ = best_isa();
+    const char* no_repack = getenv("LOCALLLM_NO_REPACK");
+    if (!(no_repack && *no_repack && *no_repack != '0')) repack_layer_weights();
+}
+
+// The layer matrices of block-sequential types are repacked into 16-row panels (same size),
+// and the file pages they came from are dropped from memory: peak RSS stays that of the
+// weights. The output matrix stays in GGUF rows (with tied embeddings it is also the lookup
+// table), where the kernels read it directly.
+void Model::repack_layer_weights() {
+    const long page = sysconf(_SC_PAGESIZE);
+    for (LayerWeights& L : w_.layers) {
+        for (WeightRef* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) {
+            if (!w->present() || !can_repack(w->type, isa_)) continue;
+            RepackedWeight r = repack_weight(*pool_, w->type, w->data, w->ne1, w->ne0);
+            const uintptr_t lo = ((uintptr_t)w->data + page - 1) / page * page;
+            const uintptr_t hi = ((uintptr_t)w->data + w->ne1 * w->row_bytes) / page * page;
+            if (hi > lo) madvise((void*)lo, hi - lo, MADV_DONTNEED);
+            w->data = r.data.get();
+            w->repacked = true;
+            repacked_.push_back(std::move(r));
+        }
+    }
 }
 
 WeightRef Model::weight(const std::string& name, int64_t ne0, int64_t ne1, bool required) const {

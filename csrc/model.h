@@ -10,6 +10,7 @@
 #include <vector>
 #include "gguf.h"
 #include "kv_cache.h"
+#include "matmul.h"
 #include "quants.h"
 #include "tensor.h"
 #include "threadpool.h"
@@ -102,6 +103,8 @@ private:
     ModelWeights w_;
     std::unique_ptr<ThreadPool> pool_;
     std::unique_ptr<KVCache> kv_;
+    std::vector<RepackedWeight> repacked_;   // owners of the repacked layer matrices
+    void repack_layer_weights();
     Isa isa_;
     int64_t scratch_T_ = 0;
 };

@@ -20,6 +20,7 @@ struct WeightRef {
     int64_t ne0 = 0, ne1 = 1;
     size_t row_bytes = 0;
     Placement placement = Placement::CPU;
+    bool repacked = false;   // data is matmul.h's repacked layout (16-row panels), not GGUF rows
 
     bool present() const { return data != nullptr; }
     const float* f32() const { return reinterpret_cast<const float*>(data); }  // F32 vectors

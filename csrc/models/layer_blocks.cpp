@@ -12,7 +12,8 @@ void linear(Model& m, const WeightRef& w, const float* x, int64_t T, float* y, c
     const GGMLType vdt = type_traits(w.type)->vec_dot_type;
     void* xq = m.s.xq.data();
     quantize_activations(m.pool(), vdt, x, T, w.ne0, xq, m.isa());
-    matmul_q(m.pool(), w.type, w.data, w.ne1, w.ne0, xq, T, y, w.ne1, m.isa());
+    if (w.repacked) matmul_q_repacked(m.pool(), w.type, w.data, w.ne1, w.ne0, xq, T, y, w.ne1);
+    else matmul_q(m.pool(), w.type, w.data, w.ne1, w.ne0, xq, T, y, w.ne1, m.isa());
     if (bias && bias->present()) add_bias_rows(y, bias->f32(), T, w.ne1);
 }
 

@@ -58,11 +58,21 @@ void act_pack_init(GGMLType wtype, int64_t M, int64_t K, void* buf, ActPack* ap)
 void act_pack_rows(GGMLType wtype, const uint8_t* Xq, size_t x_stride, int64_t m0, int64_t m1,
                    ActPack* ap);
 
-// Y[m, n] for all m < ap.M and n in [n0, n1) (n0 a multiple of kPanel): packs each panel of 16
+// Y[m, n] for all m < ap.M and n in [n0, n1) (n0 a multiple of kPanel): unpacks each panel of 16
 // weight rows once per block of activation rows, then runs the VNNI (or AMX) kernels on it.
-// W: weight rows of K elements, w_stride bytes apart; N rows in all (rows >= N are not read).
+// W: weight rows of K elements, w_stride bytes apart (GGUF layout), N rows in all (rows >= N
+// are not read); or, with `repacked`, the output of repack_panels for those rows.
 void matmul_avx512(GGMLType wtype, const uint8_t* W, size_t w_stride, int64_t N, int64_t n0,
-                   int64_t n1, const ActPack& ap, float* Y, int64_t ldy, bool use_amx);
+                   int64_t n1, const ActPack& ap, float* Y, int64_t ldy, bool use_amx, bool repacked);
+
+// Weights repacked once at load time: per panel of 16 rows, in exactly 16 * w_stride bytes
+// (the same size as the GGUF rows), the values the panel unpacker reads (16-row transposes of
+// the quants, the scale fields side by side), in the order it reads them. Decode then streams
+// contiguous vectors instead of transposing 16 rows on every token. N is padded to whole panels
+// (rows past N repeat the last row).
+size_t repacked_bytes(GGMLType wtype, int64_t N, size_t w_stride);
+void repack_panels(GGMLType wtype, const uint8_t* W, size_t w_stride, int64_t N, int64_t K,
+                   uint8_t* dst, int64_t panel0, int64_t panel1);
 
 // AMX tile support on this CPU and OS (permission requested once); false when not compiled in.
 bool amx_available();

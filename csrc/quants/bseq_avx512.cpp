@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include <algorithm>
+#include <stdexcept>
 #include <vector>
 
 #include "bseq_panel.h"
@@ -28,17 +29,68 @@ namespace bseq {
 namespace {
 using namespace simd;
 
+// ---- where a packer's 16-row reads come from ------------------------------------------------
+// GgufRows: the GGUF blocks of 16 rows (transposes and gathers). RecordRows: the same, also
+// appending every value read to a buffer (the repacked weight, written once at load time).
+// ReplayRows: reads those values back in the same order: the packer's reads become plain
+// contiguous loads, so a repacked panel unpacks several times faster than the GGUF layout.
+
+struct GgufRows {
+    const Rows& R;
+    void t16(size_t off, __m512i* t) const { transpose_16x16(R.p, off, t); }
+    void t32(size_t off, __m512i* t) const { transpose_16x32(R.p, off, t); }
+    __m512i gather(size_t off) const { return R.gather(off); }
+    __m256i f16_bits(size_t off, bool high) const {
+        const __m512i g = R.gather(off);
+        return _mm512_cvtepi32_epi16(high ? _mm512_srli_epi32(g, 16) : g);
+    }
+    __m512 f16(size_t off, bool high) const { return _mm512_cvtph_ps(f16_bits(off, high)); }
+    template <int kBytes>
+    void prefetch(size_t off) const {
+        for (int r = 0; r < kPanel; ++r) kern::prefetch_ahead<kBytes>(R.p[r] + off);
+    }
+};
+
+struct RecordRows : GgufRows {
+    uint8_t** out;
+    void put(const void* v, size_t n) const { memcpy(*out, v, n); *out += n; }
+    void t16(size_t off, __m512i* t) const { GgufRows::t16(off, t); put(t, 4 * 64); }
+    void t32(size_t off, __m512i* t) const { GgufRows::t32(off, t); put(t, 8 * 64); }
+    __m512i gather(size_t off) const { const __m512i g = GgufRows::gather(off); put(&g, 64); return g; }
+    __m512 f16(size_t off, bool high) const {
+        const __m256i h = f16_bits(off, high);
+        put(&h, 32);
+        return _mm512_cvtph_ps(h);
+    }
+};
+
+struct ReplayRows {
+    const uint8_t** in;
+    size_t ahead;              // bytes to the same place in the next panel (prefetched)
+    const uint8_t* take(size_t n) const {
+        const uint8_t* p = *in;
+        for (size_t o = 0; o < n; o += 64) __builtin_prefetch(p + ahead + o, 0, 3);
+        *in += n;
+        return p;
+    }
+    void t16(size_t, __m512i* t) const { const uint8_t* p = take(256); for (int i = 0; i < 4; ++i) t[i] = _mm512_loadu_si512(p + 64 * i); }
+    void t32(size_t, __m512i* t) const { const uint8_t* p = take(512); for (int i = 0; i < 8; ++i) t[i] = _mm512_loadu_si512(p + 64 * i); }
+    __m512i gather(size_t) const { return _mm512_loadu_si512(take(64)); }
+    __m512 f16(size_t, bool) const { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)take(32))); }
+    template <int kBytes>
+    void prefetch(size_t) const {}
+};
+
 // ---- packers: one function per weight type, filling units [0, nu) of the panel --------------
 
-template <int kBytes, int kQs, int kQh, bool kMin>
-void pack_legacy4(const Rows& R, int64_t nu, const Panel& P) {   // Q4_0, Q4_1, Q5_0, Q5_1
+template <int kBytes, int kQs, int kQh, bool kMin, class S>
+void pack_legacy4(const S& R, int64_t nu, const Panel& P) {   // Q4_0, Q4_1, Q5_0, Q5_1
     const __m512i spread = _mm512_load_si512(kSpread5);
     for (int64_t u = 0; u < nu; ++u) {
         const size_t base = (size_t)u * kBytes;
-        if ((u & 3) == 0)
-            for (int r = 0; r < kPanel; ++r) kern::prefetch_ahead<4 * kBytes>(R.p[r] + base);
+        if ((u & 3) == 0) R.template prefetch<4 * kBytes>(base);
         __m512i t[4], B[8];
-        transpose_16x16(R.p, base + kQs, t);
+        R.t16(base + kQs, t);
         for (int i = 0; i < 4; ++i) {
             B[i] = lo4(t[i]);
             B[4 + i] = hi4(t[i]);
@@ -51,39 +103,38 @@ void pack_legacy4(const Rows& R, int64_t nu, const Panel& P) {   // Q4_0, Q4_1, 
             }
         }
         for (int kg = 0; kg < 8; ++kg) _mm512_store_si512(P.q + u * 512 + 64 * kg, B[kg]);
-        const __m512i dm = R.gather(base);
-        _mm512_store_ps(P.d + 16 * u, f16_low(dm));
-        if constexpr (kMin) _mm512_store_ps(P.m + 16 * u, f16_high(dm));
+        _mm512_store_ps(P.d + 16 * u, R.f16(base, false));
+        if constexpr (kMin) _mm512_store_ps(P.m + 16 * u, R.f16(base, true));
     }
 }
 
-void pack_q8_0(const Rows& R, int64_t nu, const Panel& P) {
+template <class S>
+void pack_q8_0(const S& R, int64_t nu, const Panel& P) {
     constexpr int kBytes = sizeof(block_q8_0);
     for (int64_t u = 0; u < nu; ++u) {
         const size_t base = (size_t)u * kBytes;
-        if ((u & 1) == 0)
-            for (int r = 0; r < kPanel; ++r) kern::prefetch_ahead<2 * kBytes>(R.p[r] + base);
+        if ((u & 1) == 0) R.template prefetch<2 * kBytes>(base);
         __m512i t[8];
-        transpose_16x32(R.p, base + 2, t);
+        R.t32(base + 2, t);
         for (int kg = 0; kg < 8; ++kg)   // signed -> unsigned (q + 128); the bias term removes 128 sum x
             _mm512_store_si512(P.q + u * 512 + 64 * kg, _mm512_xor_si512(t[kg], _mm512_set1_epi8((char)0x80)));
-        _mm512_store_ps(P.d + 16 * u, f16_low(R.gather(base)));
+        _mm512_store_ps(P.d + 16 * u, R.f16(base, false));
     }
 }
 
-template <bool kQ5>
-void pack_k4(const Rows& R, int64_t nu, const Panel& P) {   // Q4_K, Q5_K
+template <bool kQ5, class S>
+void pack_k4(const S& R, int64_t nu, const Panel& P) {   // Q4_K, Q5_K
     constexpr int kBytes = kQ5 ? sizeof(block_q5_K) : sizeof(block_q4_K);
     constexpr int kQs = kQ5 ? 48 : 16;
     for (int64_t g = 0; g < nu / 8; ++g) {
         const size_t base = (size_t)g * kBytes;
-        for (int r = 0; r < kPanel; ++r) kern::prefetch_ahead<kBytes>(R.p[r] + base);
+        R.template prefetch<kBytes>(base);
         __m512i h[8];
-        if constexpr (kQ5) transpose_16x32(R.p, base + 16, h);
+        if constexpr (kQ5) R.t32(base + 16, h);
         const __m512i a0 = R.gather(base + 4), a1 = R.gather(base + 8), a2 = R.gather(base + 12);
         for (int c = 0; c < 4; ++c) {
             __m512i t[8];
-            transpose_16x32(R.p, base + kQs + 32 * c, t);
+            R.t32(base + kQs + 32 * c, t);
             for (int odd = 0; odd < 2; ++odd) {
                 const int j = 2 * c + odd;
                 const int64_t u = 8 * g + j;
@@ -107,19 +158,20 @@ void pack_k4(const Rows& R, int64_t nu, const Panel& P) {   // Q4_K, Q5_K
     }
 }
 
-void pack_q6_K(const Rows& R, int64_t nu, const Panel& P) {
+template <class S>
+void pack_q6_K(const S& R, int64_t nu, const Panel& P) {
     constexpr int kBytes = sizeof(block_q6_K);
     const __m512i m2 = _mm512_set1_epi8(3);
     for (int64_t g = 0; g < nu / 8; ++g) {
         const size_t base = (size_t)g * kBytes;
-        for (int r = 0; r < kPanel; ++r) kern::prefetch_ahead<kBytes>(R.p[r] + base);
+        R.template prefetch<kBytes>(base);
         __m512i s[4];
         for (int i = 0; i < 4; ++i) s[i] = R.gather(base + 192 + 4 * i);
         for (int half = 0; half < 2; ++half) {
             __m512i l0[8], l1[8], hb[8];
-            transpose_16x32(R.p, base + 64 * half, l0);
-            transpose_16x32(R.p, base + 64 * half + 32, l1);
-            transpose_16x32(R.p, base + 128 + 32 * half, hb);
+            R.t32(base + 64 * half, l0);
+            R.t32(base + 64 * half + 32, l1);
+            R.t32(base + 128 + 32 * half, hb);
             for (int quarter = 0; quarter < 4; ++quarter) {
                 const int64_t u = 8 * g + 4 * half + quarter;
                 for (int kg = 0; kg < 8; ++kg) {
@@ -139,19 +191,20 @@ void pack_q6_K(const Rows& R, int64_t nu, const Panel& P) {
                 _mm512_store_si512(P.pair + 16 * u, pair);
             }
         }
-        _mm512_store_ps(P.d + 16 * g, f16_high(R.gather(base + 206)));   // d: bytes 208..209
+        _mm512_store_ps(P.d + 16 * g, R.f16(base + 206, true));   // d: bytes 208..209
     }
 }
 
-void pack_panel(GGMLType t, const Rows& R, int64_t nu, const Panel& P) {
+template <class S>
+void pack_panel(GGMLType t, const S& R, int64_t nu, const Panel& P) {
     switch (t) {
-        case GGMLType::Q4_0: pack_legacy4<sizeof(block_q4_0), 2, -1, false>(R, nu, P); break;
-        case GGMLType::Q4_1: pack_legacy4<sizeof(block_q4_1), 4, -1, true>(R, nu, P); break;
-        case GGMLType::Q5_0: pack_legacy4<sizeof(block_q5_0), 6, 2, false>(R, nu, P); break;
-        case GGMLType::Q5_1: pack_legacy4<sizeof(block_q5_1), 8, 4, true>(R, nu, P); break;
+        case GGMLType::Q4_0: pack_legacy4<sizeof(block_q4_0), 2, -1, false, S>(R, nu, P); break;
+        case GGMLType::Q4_1: pack_legacy4<sizeof(block_q4_1), 4, -1, true, S>(R, nu, P); break;
+        case GGMLType::Q5_0: pack_legacy4<sizeof(block_q5_0), 6, 2, false, S>(R, nu, P); break;
+        case GGMLType::Q5_1: pack_legacy4<sizeof(block_q5_1), 8, 4, true, S>(R, nu, P); break;
         case GGMLType::Q8_0: pack_q8_0(R, nu, P); break;
-        case GGMLType::Q4_K: pack_k4<false>(R, nu, P); break;
-        case GGMLType::Q5_K: pack_k4<true>(R, nu, P); break;
+        case GGMLType::Q4_K: pack_k4<false, S>(R, nu, P); break;
+        case GGMLType::Q5_K: pack_k4<true, S>(R, nu, P); break;
         default: pack_q6_K(R, nu, P); break;
     }
 }
@@ -244,19 +297,26 @@ constexpr int64_t kDirectRows = 3;  // up to this many rows: bseq_decode.cpp (no
 }  // namespace
 
 void matmul_avx512(GGMLType t, const uint8_t* W, size_t ws, int64_t N, int64_t n0, int64_t n1,
-                   const ActPack& a, float* Y, int64_t ldy, bool use_amx) {
-    if (a.M <= kDirectRows) {
+                   const ActPack& a, float* Y, int64_t ldy, bool use_amx, bool repacked) {
+    if (!repacked && a.M <= kDirectRows) {
         matmul_direct(t, W, ws, N, n0, n1, a, Y, ldy);
         return;
     }
     const int64_t nu = a.K / 32;
+    const size_t panel_bytes = kPanel * ws;
     thread_local PanelBuffer buf;
     const Panel P = buf.get(nu);
     for (int64_t mb = 0; mb < a.M; mb += kActBlock) {
         const int64_t me = std::min(a.M, mb + kActBlock);
         for (int64_t p = n0; p < n1; p += kPanel) {
             const int nvalid = (int)std::min<int64_t>(kPanel, N - p);
-            pack_panel(t, Rows(W + p * ws, ws, nvalid), nu, P);
+            if (repacked) {
+                const uint8_t* in = W + p / kPanel * panel_bytes;
+                pack_panel(t, ReplayRows{&in, panel_bytes}, nu, P);
+            } else {
+                const Rows R(W + p * ws, ws, nvalid);
+                pack_panel(t, GgufRows{R}, nu, P);
+            }
             const __mmask16 lanes = (__mmask16)((1u << nvalid) - 1);
             int64_t m = mb;
             if (use_amx && me - m >= 16) m = amx_rows(t, P, nu, a, m, me, Y + p, ldy, lanes);
@@ -271,6 +331,25 @@ void matmul_avx512(GGMLType t, const uint8_t* W, size_t ws, int64_t N, int64_t n
     }
 }
 
+size_t repacked_bytes(GGMLType, int64_t N, size_t ws) {
+    return (size_t)((N + kPanel - 1) / kPanel) * kPanel * ws;
+}
+
+void repack_panels(GGMLType t, const uint8_t* W, size_t ws, int64_t N, int64_t K, uint8_t* dst,
+                   int64_t p0, int64_t p1) {
+    const int64_t nu = K / 32;
+    thread_local PanelBuffer buf;
+    const Panel P = buf.get(nu);
+    for (int64_t p = p0; p < p1; ++p) {
+        const int nvalid = (int)std::min<int64_t>(kPanel, N - p * kPanel);
+        const Rows R(W + p * kPanel * ws, ws, nvalid);
+        uint8_t* out = dst + p * kPanel * ws;
+        pack_panel(t, RecordRows{{R}, &out}, nu, P);
+        if (out != dst + (p + 1) * kPanel * ws)
+            throw std::logic_error("bseq::repack_panels: repacked panel size differs from the GGUF rows'");
+    }
+}
+
 }  // namespace bseq
 }  // namespace lll
 
@@ -279,8 +358,12 @@ void matmul_avx512(GGMLType t, const uint8_t* W, size_t ws, int64_t N, int64_t n
 namespace lll {
 namespace bseq {
 void matmul_avx512(GGMLType, const uint8_t*, size_t, int64_t, int64_t, int64_t, const ActPack&, float*,
-                   int64_t, bool) {
+                   int64_t, bool, bool) {
     throw std::logic_error("bseq::matmul_avx512: not compiled in");
+}
+size_t repacked_bytes(GGMLType, int64_t, size_t) { return 0; }
+void repack_panels(GGMLType, const uint8_t*, size_t, int64_t, int64_t, uint8_t*, int64_t, int64_t) {
+    throw std::logic_error("bseq::repack_panels: not compiled in");
 }
 }  // namespace bseq
 }  // namespace lll
