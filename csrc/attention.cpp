@@ -11,6 +11,9 @@
 #include <string>
 #include <vector>
 #include "fp16.h"
+#if defined(__F16C__) && defined(__AVX__)
+#include <immintrin.h>
+#endif
 
 namespace lll {
 
@@ -61,8 +64,36 @@ namespace {
 
 // Per-thread scratch of the scalar kernel, grown as needed and reused across calls.
 struct ScalarScratch {
-    std::vector<float> qh, p;
+    std::vector<float> qh, p, kf, vf;   // [hd], [keys], [16][hd], [hd]
 };
+
+// F16 -> f32 of n values. Exact either way; F16C only makes it faster where it exists.
+void f16_to_f32_row(const fp16_t* x, float* y, int n) {
+    int i = 0;
+#if defined(__F16C__) && defined(__AVX__)
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(x + i))));
+#endif
+    for (; i < n; ++i) y[i] = fp16_to_f32(x[i]);
+}
+
+// Scores of keys [start, pos] (one sequential FMA chain over d each, times scale) into p[0..n).
+// Keys go 16 at a time so that the 16 independent chains overlap (same operations per key).
+void scores_scalar(const KVCache& kv, int layer, const int32_t* table, int32_t start, int32_t pos,
+                   int kv_off, int hd, float scale, ScalarScratch& s) {
+    const int bs = kv.block_size();
+    for (int32_t p0 = start; p0 <= pos; p0 += kTile) {
+        const int nk = std::min<int32_t>(kTile, pos - p0 + 1);
+        for (int j = 0; j < kTile; ++j) {   // keys past pos: zero rows, their scores are dropped
+            const int32_t p = p0 + j;
+            if (j < nk) f16_to_f32_row(kv.k_slot(layer, table[p / bs], p % bs) + kv_off, &s.kf[(size_t)j * hd], hd);
+            else std::fill(&s.kf[(size_t)j * hd], &s.kf[(size_t)(j + 1) * hd], 0.0f);
+        }
+        float acc[kTile] = {};
+        for (int d = 0; d < hd; ++d)
+            for (int j = 0; j < kTile; ++j) acc[j] = std::fma(s.qh[d], s.kf[(size_t)j * hd + d], acc[j]);
+        for (int j = 0; j < nk; ++j) s.p[p0 - start + j] = acc[j] * scale;
+    }
+}
 
 // One (token, head) row: the reference every other path reproduces bit for bit.
 void attend_row_scalar(const KVCache& kv, int layer, const float* q, float* out, const int32_t* table,
@@ -71,17 +102,11 @@ void attend_row_scalar(const KVCache& kv, int layer, const float* q, float* out,
     const int32_t start = attn_detail::first_visible(pos, sh.window);
     const int32_t n = pos - start + 1;
     if ((int32_t)s.p.size() < n) s.p.resize(n);
-    if ((int)s.qh.size() < hd) s.qh.resize(hd);
+    if ((int)s.qh.size() < hd) s.qh.resize(hd), s.vf.resize(hd), s.kf.resize((size_t)kTile * hd);
     for (int d = 0; d < hd; ++d) s.qh[d] = fp16_to_f32(f32_to_fp16(q[d]));
+    scores_scalar(kv, layer, table, start, pos, kv_off, hd, sh.scale, s);
     float mx = -INFINITY;
-    for (int32_t j = 0; j < n; ++j) {
-        const int32_t p = start + j;
-        const fp16_t* k = kv.k_slot(layer, table[p / bs], p % bs) + kv_off;
-        float acc = 0.0f;
-        for (int d = 0; d < hd; ++d) acc = std::fma(s.qh[d], fp16_to_f32(k[d]), acc);
-        s.p[j] = acc * sh.scale;
-        mx = std::max(mx, s.p[j]);
-    }
+    for (int32_t j = 0; j < n; ++j) mx = std::max(mx, s.p[j]);
     double lanes[kTile] = {};
     for (int32_t j = 0; j < n; ++j) {
         const float e = attention_exp(s.p[j] - mx);
@@ -93,9 +118,9 @@ void attend_row_scalar(const KVCache& kv, int layer, const float* q, float* out,
     for (int d = 0; d < hd; ++d) out[d] = 0.0f;
     for (int32_t j = 0; j < n; ++j) {
         const int32_t p = start + j;
-        const fp16_t* v = kv.v_slot(layer, table[p / bs], p % bs) + kv_off;
+        f16_to_f32_row(kv.v_slot(layer, table[p / bs], p % bs) + kv_off, s.vf.data(), hd);
         const float pj = s.p[j];
-        for (int d = 0; d < hd; ++d) out[d] = std::fma(pj, fp16_to_f32(v[d]), out[d]);
+        for (int d = 0; d < hd; ++d) out[d] = std::fma(pj, s.vf[d], out[d]);
     }
 }
 

@@ -26,7 +26,7 @@ namespace {
 struct ChunkScratch {
     std::vector<float> qh;               // [R][hd]   queries rounded to F16
     std::vector<float> s;                // [R][span] scores -> exps -> probabilities
-    std::vector<float> kt;               // [hd][16]  K tile, transposed, f32
+    std::vector<float> kt;               // [2][hd][16] K tiles, transposed, f32
     std::vector<float> vt;               // [16][hd]  V tile, f32
     std::vector<int32_t> start, pos;     // [R]       visible key range of each row
     std::vector<fp16_t> zeros;           // [hd]      stands in for keys outside the chunk's range
@@ -124,42 +124,63 @@ void load_v_tile(const fp16_t* const* rows, int hd, float* vt) {
             _mm512_storeu_ps(vt + j * hd + d0, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(rows[j] + d0))));
 }
 
-// Scores of NR consecutive rows for the tile at p0: s[i * stride + lane] = scale * (q_i . k_lane),
-// -inf where the key is outside row i's [start, pos].
-template <int NR>
-void score_tile(const float* kt, int hd, const float* qh, float scale, int32_t p0, const int32_t* start,
-                const int32_t* pos, float* s, int64_t stride) {
-    __m512 acc[NR];
-    for (int i = 0; i < NR; ++i) acc[i] = _mm512_setzero_ps();
+// Inputs of the score kernel for a run of rows and NT consecutive tiles starting at p0.
+struct ScoreJob {
+    const float* kt;       // [NT][hd][16] transposed K tiles
+    int hd;
+    float scale;
+    int32_t p0;
+    const float* qh;       // [n][hd] first row's query
+    const int32_t* start;  // [n]
+    const int32_t* pos;    // [n]
+    float* s;              // first row's scores at tile p0; row stride `stride`
+    int64_t stride;
+};
+
+// Scores of NR rows x NT tiles: s[i][lane] = scale * (q_i . k_lane), a sequential FMA chain over
+// d per lane; -inf where the key is outside row i's [start, pos]. NR * NT accumulators; each
+// broadcast q_i[d] serves NT tiles.
+template <int NR, int NT>
+void score_tile(const ScoreJob& job) {
+    const int hd = job.hd;
+    __m512 acc[NT][NR];
+    for (int t = 0; t < NT; ++t)
+        for (int i = 0; i < NR; ++i) acc[t][i] = _mm512_setzero_ps();
     for (int d = 0; d < hd; ++d) {
-        const __m512 k = _mm512_loadu_ps(kt + d * 16);
-        for (int i = 0; i < NR; ++i) acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(qh[i * hd + d]), k, acc[i]);
+        __m512 k[NT];
+        for (int t = 0; t < NT; ++t) k[t] = _mm512_loadu_ps(job.kt + (t * hd + d) * 16);
+        for (int i = 0; i < NR; ++i) {
+            const __m512 qd = _mm512_set1_ps(job.qh[i * hd + d]);
+            for (int t = 0; t < NT; ++t) acc[t][i] = _mm512_fmadd_ps(qd, k[t], acc[t][i]);
+        }
     }
-    const __m512i key = _mm512_add_epi32(_mm512_set1_epi32(p0),
-                                         _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
-    for (int i = 0; i < NR; ++i) {
-        const __mmask16 vis = _mm512_cmpge_epi32_mask(key, _mm512_set1_epi32(start[i])) &
-                              _mm512_cmple_epi32_mask(key, _mm512_set1_epi32(pos[i]));
-        _mm512_storeu_ps(s + i * stride, _mm512_mask_mul_ps(_mm512_set1_ps(-INFINITY), vis, acc[i], _mm512_set1_ps(scale)));
+    const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    for (int t = 0; t < NT; ++t) {
+        const __m512i key = _mm512_add_epi32(_mm512_set1_epi32(job.p0 + t * kTile), iota);
+        for (int i = 0; i < NR; ++i) {
+            const __mmask16 vis = _mm512_cmpge_epi32_mask(key, _mm512_set1_epi32(job.start[i])) &
+                                  _mm512_cmple_epi32_mask(key, _mm512_set1_epi32(job.pos[i]));
+            _mm512_storeu_ps(job.s + i * job.stride + t * kTile,
+                             _mm512_mask_mul_ps(_mm512_set1_ps(-INFINITY), vis, acc[t][i], _mm512_set1_ps(job.scale)));
+        }
     }
 }
 
-void score_rows(const float* kt, int hd, const float* qh, float scale, int32_t p0, const int32_t* start,
-                const int32_t* pos, float* s, int64_t stride, int n) {
-    constexpr int kBlock = 8;
-    int i = 0;
-    for (; i + kBlock <= n; i += kBlock)
-        score_tile<kBlock>(kt, hd, qh + (int64_t)i * hd, scale, p0, start + i, pos + i, s + i * stride, stride);
-    const float* q = qh + (int64_t)i * hd;
-    float* si = s + i * stride;
-    switch (n - i) {   // remainder, unrolled so the accumulators stay in registers
-        case 7: score_tile<7>(kt, hd, q, scale, p0, start + i, pos + i, si, stride); break;
-        case 6: score_tile<6>(kt, hd, q, scale, p0, start + i, pos + i, si, stride); break;
-        case 5: score_tile<5>(kt, hd, q, scale, p0, start + i, pos + i, si, stride); break;
-        case 4: score_tile<4>(kt, hd, q, scale, p0, start + i, pos + i, si, stride); break;
-        case 3: score_tile<3>(kt, hd, q, scale, p0, start + i, pos + i, si, stride); break;
-        case 2: score_tile<2>(kt, hd, q, scale, p0, start + i, pos + i, si, stride); break;
-        case 1: score_tile<1>(kt, hd, q, scale, p0, start + i, pos + i, si, stride); break;
+// Rows in blocks of NB (the last block shorter), NT tiles each.
+template <int NT, int NB>
+void score_rows(ScoreJob job, int n) {
+    for (; n >= NB; n -= NB) {
+        score_tile<NB, NT>(job);
+        job.qh += NB * job.hd, job.start += NB, job.pos += NB, job.s += NB * job.stride;
+    }
+    switch (n) {   // remainder, unrolled so the accumulators stay in registers
+        case 7: score_tile<7, NT>(job); break;
+        case 6: score_tile<6, NT>(job); break;
+        case 5: score_tile<5, NT>(job); break;
+        case 4: score_tile<4, NT>(job); break;
+        case 3: score_tile<3, NT>(job); break;
+        case 2: score_tile<2, NT>(job); break;
+        case 1: score_tile<1, NT>(job); break;
         default: break;
     }
 }
@@ -184,27 +205,33 @@ void softmax_row(float* s, int n_tiles) {
         _mm512_storeu_ps(s + 16 * k, round_f16(_mm512_mul_ps(_mm512_loadu_ps(s + 16 * k), inv)));
 }
 
-// out[d] = fma(p_j, v_j[d], out[d]) for keys j = ja..jb of the tile, in order; NV vectors of d at once.
-template <int NV>
-void pv_tile(const float* vt, int hd, const float* p, int ja, int jb, float* out) {
-    for (int d0 = 0; d0 < hd; d0 += NV * 16) {
-        __m512 acc[NV];
-        for (int i = 0; i < NV; ++i) acc[i] = _mm512_loadu_ps(out + d0 + 16 * i);
+// For NR rows r: out_r[d] = fma(p_r[j], v_j[d], out_r[d]) for keys j = ja..jb of the tile, in order
+// (each lane a sequential FMA chain over keys). DV vectors of d at a time; NR * DV independent
+// accumulators hide the FMA latency, and each V load serves NR rows.
+template <int DV, int NR>
+void pv_tile(const float* vt, int hd, const float* const* p, int ja, int jb, float* const* out) {
+    for (int d0 = 0; d0 < hd; d0 += DV * 16) {
+        __m512 acc[NR][DV];
+        for (int r = 0; r < NR; ++r)
+            for (int i = 0; i < DV; ++i) acc[r][i] = _mm512_loadu_ps(out[r] + d0 + 16 * i);
         for (int j = ja; j <= jb; ++j) {
-            const __m512 pj = _mm512_set1_ps(p[j]);
             const float* v = vt + j * hd + d0;
-            for (int i = 0; i < NV; ++i) acc[i] = _mm512_fmadd_ps(pj, _mm512_loadu_ps(v + 16 * i), acc[i]);
+            __m512 pj[NR];
+            for (int r = 0; r < NR; ++r) pj[r] = _mm512_set1_ps(p[r][j]);
+            for (int i = 0; i < DV; ++i) {
+                const __m512 vv = _mm512_loadu_ps(v + 16 * i);
+                for (int r = 0; r < NR; ++r) acc[r][i] = _mm512_fmadd_ps(pj[r], vv, acc[r][i]);
+            }
         }
-        for (int i = 0; i < NV; ++i) _mm512_storeu_ps(out + d0 + 16 * i, acc[i]);
+        for (int r = 0; r < NR; ++r)
+            for (int i = 0; i < DV; ++i) _mm512_storeu_ps(out[r] + d0 + 16 * i, acc[r][i]);
     }
 }
 
-void pv_row(const float* vt, int hd, const float* p, int ja, int jb, float* out) {
-    const int nv = hd / 16;
-    if (nv % 16 == 0) pv_tile<16>(vt, hd, p, ja, jb, out);
-    else if (nv % 8 == 0) pv_tile<8>(vt, hd, p, ja, jb, out);
-    else if (nv % 4 == 0) pv_tile<4>(vt, hd, p, ja, jb, out);
-    else pv_tile<1>(vt, hd, p, ja, jb, out);
+template <int NR>
+void pv_rows(const float* vt, int hd, const float* const* p, int ja, int jb, float* const* out) {
+    if (hd % 64 == 0) pv_tile<4, NR>(vt, hd, p, ja, jb, out);
+    else pv_tile<1, NR>(vt, hd, p, ja, jb, out);
 }
 
 // Rows of the chunk: F16-rounded queries, visible ranges; output rows zeroed (PV accumulates).
@@ -234,22 +261,31 @@ void attend_chunk_avx512(const KVCache& kv, int layer, const float* q, float* ou
     const int32_t lo = first / kTile * kTile;                 // tiles aligned to absolute positions
     const int n_tiles = (last - lo) / kTile + 1;
     const int64_t span = (int64_t)n_tiles * kTile;
-    grow(w.qh, (size_t)R * hd), grow(w.s, (size_t)R * span), grow(w.kt, (size_t)hd * kTile);
+    grow(w.qh, (size_t)R * hd), grow(w.s, (size_t)R * span), grow(w.kt, (size_t)2 * hd * kTile);
     grow(w.vt, (size_t)hd * kTile), grow(w.start, R), grow(w.pos, R);
     if ((int)w.zeros.size() < hd) w.zeros.assign(hd, 0);
     setup_rows(q, out, b, c, sh, w);
     const fp16_t* rows[kTile];
 
-    // Pass 1: scores. Rows are ordered by position, so the rows seeing a tile are a range [ra, rb).
-    for (int k = 0, ra = 0, rb = 0; k < n_tiles; ++k) {
+    // Pass 1: scores, two tiles at a time. Rows are ordered by position, so the rows seeing a
+    // tile are a range; a pair of tiles is scored for the union of its two ranges (lanes a row
+    // does not see are -inf, and its softmax only reads its own tiles).
+    for (int k = 0, ra = 0, rb = 0; k < n_tiles;) {
+        const int nt = k + 1 < n_tiles ? 2 : 1;
         const int32_t p0 = lo + k * kTile;
         while (ra < R && w.pos[ra] < p0) ++ra;
-        while (rb < R && w.start[rb] <= p0 + kTile - 1) ++rb;
-        if (ra >= rb) continue;
-        tile_rows(kv, false, layer, table, p0, first, last, off, w.zeros.data(), rows);
-        load_k_tile(rows, hd, w.kt.data());
-        score_rows(w.kt.data(), hd, &w.qh[(int64_t)ra * hd], sh.scale, p0, &w.start[ra], &w.pos[ra],
-                   &w.s[ra * span + k * kTile], span, rb - ra);
+        while (rb < R && w.start[rb] <= p0 + nt * kTile - 1) ++rb;
+        if (ra < rb) {
+            for (int t = 0; t < nt; ++t) {
+                tile_rows(kv, false, layer, table, p0 + t * kTile, first, last, off, w.zeros.data(), rows);
+                load_k_tile(rows, hd, &w.kt[(size_t)t * hd * kTile]);
+            }
+            const ScoreJob job{w.kt.data(), hd, sh.scale, p0, &w.qh[(int64_t)ra * hd], &w.start[ra], &w.pos[ra],
+                               &w.s[ra * span + k * kTile], span};
+            if (nt == 2) score_rows<2, 8>(job, rb - ra);
+            else score_rows<1, 8>(job, rb - ra);
+        }
+        k += nt;
     }
     // Pass 2: softmax of each row over its own tiles.
     for (int r = 0; r < R; ++r) {
@@ -264,10 +300,26 @@ void attend_chunk_avx512(const KVCache& kv, int layer, const float* q, float* ou
         if (ra >= rb) continue;
         tile_rows(kv, true, layer, table, p0, first, last, off, w.zeros.data(), rows);
         load_v_tile(rows, hd, w.vt.data());
-        for (int r = ra; r < rb; ++r) {
+        // Rows with the same key range in this tile (all but the diagonal ones) go 4 at a time.
+        for (int r = ra; r < rb;) {
             const int ja = std::max(w.start[r], p0) - p0, jb = std::min(w.pos[r], p0 + kTile - 1) - p0;
-            const int64_t t = c.t0 + r / sh.group, h = c.kv_head * sh.group + r % sh.group;
-            pv_row(w.vt.data(), hd, &w.s[r * span + k * kTile], ja, jb, out + (t * sh.n_head + h) * hd);
+            const float* p[4];
+            float* o[4];
+            int n = 0;
+            for (; n < 4 && r + n < rb; ++n) {
+                const int rr = r + n;
+                if (std::max(w.start[rr], p0) - p0 != ja || std::min(w.pos[rr], p0 + kTile - 1) - p0 != jb) break;
+                const int64_t t = c.t0 + rr / sh.group, h = c.kv_head * sh.group + rr % sh.group;
+                p[n] = &w.s[rr * span + k * kTile];
+                o[n] = out + (t * sh.n_head + h) * hd;
+            }
+            switch (n) {
+                case 4: pv_rows<4>(w.vt.data(), hd, p, ja, jb, o); break;
+                case 3: pv_rows<3>(w.vt.data(), hd, p, ja, jb, o); break;
+                case 2: pv_rows<2>(w.vt.data(), hd, p, ja, jb, o); break;
+                default: pv_rows<1>(w.vt.data(), hd, p, ja, jb, o); break;
+            }
+            r += n;
         }
     }
 }
