@@ -197,6 +197,7 @@ void attention(ThreadPool& pool, const KVCache& kv, int layer, const float* q, f
                AttnKernel kernel) {
     const Shape sh{n_head, n_head_kv, head_dim, n_head_kv > 0 ? n_head / n_head_kv : 0, scale, window};
     validate(kv, b, sh);
+    if (b.n_tokens == 0) return;
     if (kernel == AttnKernel::AVX512 && !attention_avx512_available())
         throw std::invalid_argument("attention: the AVX-512 kernel is not available on this CPU/build");
     const bool simd = kernel != AttnKernel::Scalar && attention_avx512_available() && head_dim % 16 == 0;
