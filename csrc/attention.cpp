@@ -1,15 +1,25 @@
-// attention.cpp — see attention.h.
+// attention.cpp — KV writes, the scalar reference kernel, validation and the work split (see
+// attention.h). The AVX-512 kernel is in attention_avx512.cpp and does the same float operations
+// in the same order, so the two are bit-identical. Every fused multiply-add here is an explicit
+// std::fma: the compiler must not contract (or not) a*b+c differently from the SIMD path.
 #include "attention.h"
 #include <math.h>
 #include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <stdexcept>
+#include <string>
 #include <vector>
 #include "fp16.h"
-#if defined(__F16C__) && defined(__AVX2__) && defined(__FMA__)
+#if defined(__F16C__) && defined(__AVX__)
 #include <immintrin.h>
-#define LLL_ATTN_F16C 1
 #endif
 
 namespace lll {
+
+using attn_detail::Chunk;
+using attn_detail::Shape;
+using attn_detail::kTile;
 
 void kv_write(KVCache& kv, int layer, const float* k, const float* v, const Batch& b) {
     const int bs = kv.block_size();
@@ -27,91 +37,188 @@ void kv_write(KVCache& kv, int layer, const float* k, const float* v, const Batc
     }
 }
 
-// dot(q, k) with q already F16-rounded (as f32) and k in F16.
-static inline float dot_q_f16(const float* q, const fp16_t* k, int n) {
-#ifdef LLL_ATTN_F16C
-    if (n % 32 == 0) {
-        __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-        for (int i = 0; i < n; i += 32) {
-            for (int j = 0; j < 4; ++j) {
-                const __m256 kv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(k + i + 8 * j)));
-                acc[j] = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8 * j), kv, acc[j]);
-            }
-        }
-        const __m256 s = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
-        __m128 r = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-        r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-        r = _mm_add_ss(r, _mm_movehdup_ps(r));
-        return _mm_cvtss_f32(r);
-    }
+bool attention_avx512_available() {
+#if LLL_ATTN_AVX512
+    static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+                           __builtin_cpu_supports("f16c");
+    return ok;
+#else
+    return false;
 #endif
-    double sum = 0.0;
-    for (int i = 0; i < n; ++i) sum += (double)(q[i] * fp16_to_f32(k[i]));
-    return (float)sum;
 }
 
-// acc[n] += p * v[n] with v in F16.
-static inline void axpy_f16(float* acc, float p, const fp16_t* v, int n) {
-#ifdef LLL_ATTN_F16C
-    if (n % 8 == 0) {
-        const __m256 pv = _mm256_set1_ps(p);
-        for (int i = 0; i < n; i += 8) {
-            const __m256 vv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(v + i)));
-            _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(pv, vv, _mm256_loadu_ps(acc + i)));
-        }
-        return;
-    }
-#endif
-    for (int i = 0; i < n; ++i) acc[i] += p * fp16_to_f32(v[i]);
+float attention_exp(float x) {
+    using namespace attn_detail;
+    if (!(x >= kExpMin)) return 0.0f;                         // also -inf (masked keys) and NaN
+    const float n = std::fma(x, kLog2e, kRoundMagic) - kRoundMagic;   // round(x * log2e), exact
+    float r = std::fma(n, -kLn2Hi, x);
+    r = std::fma(n, -kLn2Lo, r);
+    float y = kExpPoly[0];
+    for (int i = 1; i < 6; ++i) y = std::fma(y, r, kExpPoly[i]);
+    y = std::fma(y, r, 1.0f);
+    y = std::fma(y, r, 1.0f);
+    return y * bits_to_f32((uint32_t)((int32_t)n + 127) << 23);      // * 2^n, n in [-126, 0]
 }
 
-// One (token, head): softmax over the visible positions, weighted sum of V.
-static void attend_one(const KVCache& kv, int layer, const float* q, float* out, const int32_t* table,
-                       int32_t pos, int window, int kv_off, int head_dim, float scale,
-                       std::vector<float>& scores, std::vector<float>& qh) {
+namespace {
+
+// Per-thread scratch of the scalar kernel, grown as needed and reused across calls.
+struct ScalarScratch {
+    std::vector<float> qh, p, kf, vf;   // [hd], [keys], [16][hd], [hd]
+};
+
+// F16 -> f32 of n values. Exact either way; F16C only makes it faster where it exists.
+void f16_to_f32_row(const fp16_t* x, float* y, int n) {
+    int i = 0;
+#if defined(__F16C__) && defined(__AVX__)
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(x + i))));
+#endif
+    for (; i < n; ++i) y[i] = fp16_to_f32(x[i]);
+}
+
+// Scores of keys [start, pos] (one sequential FMA chain over d each, times scale) into p[0..n).
+// Keys go 16 at a time so that the 16 independent chains overlap (same operations per key).
+void scores_scalar(const KVCache& kv, int layer, const int32_t* table, int32_t start, int32_t pos,
+                   int kv_off, int hd, float scale, ScalarScratch& s) {
     const int bs = kv.block_size();
-    const int32_t start = window > 0 ? std::max<int32_t>(0, pos - window + 1) : 0;
-    const int32_t n = pos - start + 1;
-    if ((int32_t)scores.size() < n) scores.resize(n);
-    for (int d = 0; d < head_dim; ++d) qh[d] = fp16_to_f32(f32_to_fp16(q[d]));
-    float mx = -INFINITY;
-    for (int32_t j = 0; j < n; ++j) {
-        const int32_t p = start + j;
-        const fp16_t* k = kv.k_slot(layer, table[p / bs], p % bs) + kv_off;
-        scores[j] = dot_q_f16(qh.data(), k, head_dim) * scale;
-        mx = std::max(mx, scores[j]);
-    }
-    double sum = 0.0;
-    for (int32_t j = 0; j < n; ++j) {
-        const float e = expf(scores[j] - mx);
-        scores[j] = e;
-        sum += (double)e;
-    }
-    const float inv = (float)(1.0 / sum);
-    std::fill(out, out + head_dim, 0.0f);
-    for (int32_t j = 0; j < n; ++j) {
-        const int32_t p = start + j;
-        const float pj = fp16_to_f32(f32_to_fp16(scores[j] * inv));
-        axpy_f16(out, pj, kv.v_slot(layer, table[p / bs], p % bs) + kv_off, head_dim);
+    for (int32_t p0 = start; p0 <= pos; p0 += kTile) {
+        const int nk = std::min<int32_t>(kTile, pos - p0 + 1);
+        for (int j = 0; j < kTile; ++j) {   // keys past pos: zero rows, their scores are dropped
+            const int32_t p = p0 + j;
+            if (j < nk) f16_to_f32_row(kv.k_slot(layer, table[p / bs], p % bs) + kv_off, &s.kf[(size_t)j * hd], hd);
+            else std::fill(&s.kf[(size_t)j * hd], &s.kf[(size_t)(j + 1) * hd], 0.0f);
+        }
+        float acc[kTile] = {};
+        for (int d = 0; d < hd; ++d)
+            for (int j = 0; j < kTile; ++j) acc[j] = std::fma(s.qh[d], s.kf[(size_t)j * hd + d], acc[j]);
+        for (int j = 0; j < nk; ++j) s.p[p0 - start + j] = acc[j] * scale;
     }
 }
+
+// One (token, head) row: the reference every other path reproduces bit for bit.
+void attend_row_scalar(const KVCache& kv, int layer, const float* q, float* out, const int32_t* table,
+                       int32_t pos, const Shape& sh, int kv_off, ScalarScratch& s) {
+    const int bs = kv.block_size(), hd = sh.head_dim;
+    const int32_t start = attn_detail::first_visible(pos, sh.window);
+    const int32_t n = pos - start + 1;
+    if ((int32_t)s.p.size() < n) s.p.resize(n);
+    if ((int)s.qh.size() < hd) s.qh.resize(hd), s.vf.resize(hd), s.kf.resize((size_t)kTile * hd);
+    for (int d = 0; d < hd; ++d) s.qh[d] = fp16_to_f32(f32_to_fp16(q[d]));
+    scores_scalar(kv, layer, table, start, pos, kv_off, hd, sh.scale, s);
+    float mx = -INFINITY;
+    for (int32_t j = 0; j < n; ++j) mx = std::max(mx, s.p[j]);
+    double lanes[kTile] = {};
+    for (int32_t j = 0; j < n; ++j) {
+        const float e = attention_exp(s.p[j] - mx);
+        s.p[j] = e;
+        lanes[(start + j) % kTile] += (double)e;
+    }
+    const float inv = (float)(1.0 / attn_detail::sum_lanes(lanes));
+    for (int32_t j = 0; j < n; ++j) s.p[j] = fp16_to_f32(f32_to_fp16(s.p[j] * inv));
+    for (int d = 0; d < hd; ++d) out[d] = 0.0f;
+    for (int32_t j = 0; j < n; ++j) {
+        const int32_t p = start + j;
+        f16_to_f32_row(kv.v_slot(layer, table[p / bs], p % bs) + kv_off, s.vf.data(), hd);
+        const float pj = s.p[j];
+        for (int d = 0; d < hd; ++d) out[d] = std::fma(pj, s.vf[d], out[d]);
+    }
+}
+
+void attend_chunk_scalar(const KVCache& kv, int layer, const float* q, float* out, const Batch& b,
+                         const Chunk& c, const Shape& sh) {
+    static thread_local ScalarScratch scratch;
+    const int32_t* table = b.block_tables + (int64_t)b.seq_of_token[c.t0] * b.max_blocks;
+    for (int64_t t = c.t0; t < c.t1; ++t)
+        for (int h = c.kv_head * sh.group; h < (c.kv_head + 1) * sh.group; ++h) {
+            const int64_t off = (t * sh.n_head + h) * (int64_t)sh.head_dim;
+            attend_row_scalar(kv, layer, q + off, out + off, table, b.positions[t], sh,
+                              c.kv_head * sh.head_dim, scratch);
+        }
+}
+
+[[noreturn]] void bad(const std::string& what) { throw std::invalid_argument("attention: " + what); }
+
+// Shape and batch checks that keep every cache access in bounds (cheap: per token, per block).
+void validate(const KVCache& kv, const Batch& b, const Shape& sh) {
+    if (sh.n_head <= 0 || sh.n_head_kv <= 0 || sh.n_head % sh.n_head_kv != 0)
+        bad("n_head " + std::to_string(sh.n_head) + " is not a positive multiple of n_head_kv " +
+            std::to_string(sh.n_head_kv));
+    if (sh.head_dim <= 0 || (int64_t)sh.n_head_kv * sh.head_dim != kv.kv_width())
+        bad("n_head_kv * head_dim = " + std::to_string((int64_t)sh.n_head_kv * sh.head_dim) +
+            " does not match the cache's kv_width " + std::to_string(kv.kv_width()));
+    if (sh.window < 0) bad("window must be >= 0, got " + std::to_string(sh.window));
+    const int bs = kv.block_size();
+    int64_t run_start = 0;
+    for (int64_t t = 0; t < b.n_tokens; ++t) {
+        const int32_t pos = b.positions[t], seq = b.seq_of_token[t];
+        if (seq < 0 || seq >= b.n_seqs) bad("token " + std::to_string(t) + " has sequence id out of range");
+        if (pos < 0 || pos / bs >= b.max_blocks)
+            bad("token " + std::to_string(t) + " has position " + std::to_string(pos) + " beyond its block table");
+        const bool last_of_run = t + 1 == b.n_tokens || b.seq_of_token[t + 1] != seq;
+        if (!last_of_run) {
+            if (b.positions[t + 1] <= pos) bad("positions of a sequence must increase within the batch");
+            continue;
+        }
+        const int32_t* table = b.block_tables + (int64_t)seq * b.max_blocks;
+        const int32_t first = attn_detail::first_visible(b.positions[run_start], sh.window);
+        run_start = t + 1;
+        for (int32_t blk = first / bs; blk <= pos / bs; ++blk)
+            if (table[blk] < 0 || table[blk] >= kv.n_blocks())
+                bad("block table of sequence " + std::to_string(seq) + " has an invalid block id at " +
+                    std::to_string(blk));
+    }
+}
+
+// Rows (token, head) per chunk: enough to amortize the F16 -> f32 conversion of each K/V tile,
+// few enough that the causal triangle wastes little and prefill has many chunks to balance.
+constexpr int kRowsPerChunk = 48;
+
+// Cuts the batch into chunks, costliest first (scheduling only; results do not depend on it).
+void make_chunks(const Batch& b, const Shape& sh, std::vector<Chunk>& chunks) {
+    chunks.clear();
+    const int64_t max_tokens = std::max(1, kRowsPerChunk / sh.group);
+    for (int64_t run = 0; run < b.n_tokens;) {
+        int64_t end = run + 1;
+        while (end < b.n_tokens && b.seq_of_token[end] == b.seq_of_token[run]) ++end;
+        for (int64_t t0 = run; t0 < end; t0 += max_tokens) {
+            const int64_t t1 = std::min(end, t0 + max_tokens);
+            const int64_t keys = b.positions[t1 - 1] - attn_detail::first_visible(b.positions[t0], sh.window) + 1;
+            for (int g = 0; g < sh.n_head_kv; ++g) chunks.push_back({t0, t1, g, (t1 - t0) * sh.group * keys});
+        }
+        run = end;
+    }
+    std::stable_sort(chunks.begin(), chunks.end(), [](const Chunk& x, const Chunk& y) { return x.cost > y.cost; });
+}
+
+}  // namespace
 
 void attention(ThreadPool& pool, const KVCache& kv, int layer, const float* q, float* out,
-               const Batch& b, int n_head, int n_head_kv, int head_dim, float scale, int window) {
-    const int group = n_head / n_head_kv;
-    const int64_t n_tasks = b.n_tokens * n_head;
-    pool.run([&](int ith, int nth) {
-        std::vector<float> scores, qh(head_dim);
-        // Interleaved assignment balances causal rows of different lengths.
-        for (int64_t task = ith; task < n_tasks; task += nth) {
-            const int64_t t = task / n_head;
-            const int h = (int)(task % n_head);
-            const int32_t* table = b.block_tables + (int64_t)b.seq_of_token[t] * b.max_blocks;
-            const int64_t off = (t * n_head + h) * (int64_t)head_dim;
-            attend_one(kv, layer, q + off, out + off, table, b.positions[t], window,
-                       (h / group) * head_dim, head_dim, scale, scores, qh);
+               const Batch& b, int n_head, int n_head_kv, int head_dim, float scale, int window,
+               AttnKernel kernel) {
+    const Shape sh{n_head, n_head_kv, head_dim, n_head_kv > 0 ? n_head / n_head_kv : 0, scale, window};
+    validate(kv, b, sh);
+    if (b.n_tokens == 0) return;
+    if (kernel == AttnKernel::AVX512 && !attention_avx512_available())
+        throw std::invalid_argument("attention: the AVX-512 kernel is not available on this CPU/build");
+    const bool simd = kernel != AttnKernel::Scalar && attention_avx512_available() && head_dim % 16 == 0;
+    static thread_local std::vector<Chunk> chunks;   // the caller's; workers only read it
+    make_chunks(b, sh, chunks);
+    const Chunk* list = chunks.data();
+    const int64_t n_chunks = (int64_t)chunks.size();
+    std::atomic<int64_t> next{0};
+    pool.run([&](int, int) {
+        for (int64_t i = next.fetch_add(1, std::memory_order_relaxed); i < n_chunks;
+             i = next.fetch_add(1, std::memory_order_relaxed)) {
+#if LLL_ATTN_AVX512
+            if (simd) {
+                attn_detail::attend_chunk_avx512(kv, layer, q, out, b, list[i], sh);
+                continue;
+            }
+#endif
+            attend_chunk_scalar(kv, layer, q, out, b, list[i], sh);
         }
     });
+    (void)simd;
 }
 
 }  // namespace lll

@@ -1,4 +1,10 @@
 // attention.h — causal (optionally sliding-window) attention over the paged KV cache.
+//
+// Work is cut into chunks of (sequence, kv head, run of consecutive query tokens): every query
+// head of the GQA group and every token of the chunk shares each 16-key tile of K and V, which is
+// converted from F16 once per chunk. The float operations that produce one (token, head) output
+// depend only on that row's own query, position and window — never on the batch, the chunk, the
+// thread count or the kernel (scalar or AVX-512): outputs are bit-identical in every setting.
 #pragma once
 #include <stdint.h>
 #include "kv_cache.h"
@@ -10,11 +16,77 @@ namespace lll {
 // Stores k[T, kv_width] and v[T, kv_width] (f32) as F16 in each token's cache slot.
 void kv_write(KVCache& kv, int layer, const float* k, const float* v, const Batch& b);
 
+// Which implementation attention() runs; both give bit-identical results.
+enum class AttnKernel : int { Auto = -1, Scalar = 0, AVX512 = 2 };
+
+// Whether the AVX-512 kernel is compiled in and this CPU runs it.
+bool attention_avx512_available();
+
 // out[T, n_head*head_dim] = softmax(scale * q.K^T) . V per head, reading K/V of each token's
 // sequence through its block table, positions [max(0, pos - window + 1), pos] (window 0 = all).
-// Numerics as llama.cpp without flash attention: q rounded to F16 for the q.k products, softmax
-// in f32 with a double sum, probabilities rounded to F16 for the product with V.
+// Numerics as llama.cpp without flash attention: q rounded to F16 for the q.k products (each a
+// sequential FMA over d), softmax with the max subtracted and a double sum of the exps (16 lanes
+// by key position mod 16, reduced as a fixed tree), probabilities rounded to F16 for the product
+// with V (a sequential FMA over keys). Auto picks AVX-512 when available and head_dim % 16 == 0.
 void attention(ThreadPool& pool, const KVCache& kv, int layer, const float* q, float* out,
-               const Batch& b, int n_head, int n_head_kv, int head_dim, float scale, int window);
+               const Batch& b, int n_head, int n_head_kv, int head_dim, float scale, int window,
+               AttnKernel kernel = AttnKernel::Auto);
 
+// The exp used by the softmax (scalar reference of the SIMD exp; exact same operations).
+float attention_exp(float x);
+
+namespace attn_detail {
+
+// Keys are processed in tiles of kTile consecutive positions aligned to multiples of kTile; the
+// double sum of the exps has kTile lanes, lane = key position % kTile.
+constexpr int kTile = 16;
+
+struct Shape {
+    int n_head, n_head_kv, head_dim, group;   // group = n_head / n_head_kv query heads per kv head
+    float scale;
+    int window;                                // 0 = causal over the whole sequence
+};
+
+// Query tokens [t0, t1) of one sequence (contiguous in the batch, increasing positions) and all
+// `group` query heads of kv head `kv_head`.
+struct Chunk {
+    int64_t t0, t1;
+    int kv_head;
+    int64_t cost;                              // rows * keys, for scheduling only
+};
+
+// First key position a query at `pos` sees.
+inline int32_t first_visible(int32_t pos, int window) {
+    return window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
+}
+
+// Exp constants: n = round(x / ln2), r = x - n*ln2 (two-part ln2), exp(r) by a degree-7 form
+// 1 + r*(1 + r*p(r)) with Cephes' expf minimax coefficients, times 2^n. x below kExpMin gives 0.
+constexpr float kExpMin = -87.3f;              // x * log2e >= -126: 2^n stays a normal float
+constexpr float kLog2e = 1.44269504088896341f;
+constexpr float kRoundMagic = 12582912.0f;     // 1.5 * 2^23: adding it rounds to an integer
+constexpr float kLn2Hi = 0.693359375f;
+constexpr float kLn2Lo = -2.12194440e-4f;
+constexpr float kExpPoly[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
+                               4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
+
+// Fixed reduction tree of the kTile double lanes: halves added pairwise, 16 -> 8 -> 4 -> 2 -> 1.
+inline double sum_lanes(const double* lanes) {
+    double a[kTile];
+    for (int i = 0; i < kTile; ++i) a[i] = lanes[i];
+    for (int w = kTile / 2; w >= 1; w /= 2)
+        for (int i = 0; i < w; ++i) a[i] = a[i] + a[i + w];
+    return a[0];
+}
+
+#if defined(__AVX512F__) && defined(__AVX512DQ__) && defined(__F16C__)
+#define LLL_ATTN_AVX512 1
+// One chunk with the AVX-512 kernel (head_dim % 16 == 0); attention_avx512.cpp.
+void attend_chunk_avx512(const KVCache& kv, int layer, const float* q, float* out, const Batch& b,
+                         const Chunk& c, const Shape& sh);
+#else
+#define LLL_ATTN_AVX512 0
+#endif
+
+}  // namespace attn_detail
 }  // namespace lll

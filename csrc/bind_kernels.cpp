@@ -1,6 +1,7 @@
 // bind_kernels.cpp — Python bindings for the kernels: ISA levels, activation quantization,
 // single dot products, matmul, and two measurement helpers for benchmarks/matvec.py
-// (streaming read bandwidth, thread-pool dispatch latency).
+// (streaming read bandwidth, thread-pool dispatch latency), and a test entry for attention over the
+// paged KV cache (tests/test_attention.py).
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
@@ -16,7 +17,10 @@
 #include <stdexcept>
 #include <vector>
 #include <string>
+#include <vector>
 
+#include "attention.h"
+#include "kv_cache.h"
 #include "matmul.h"
 #include "quants/bseq.h"
 #include "quants.h"
@@ -245,6 +249,61 @@ double dispatch_latency_ns_py(int n_threads, int iters, double work_ns) {
     return s / iters * 1e9 - work_ns;
 }
 
+
+using I32Array = py::array_t<int32_t, py::array::c_style | py::array::forcecast>;
+
+// Attention test harness: a one-layer KVCache of n_blocks blocks of block_size slots gets K/V of
+// every token (k, v: [T, n_head_kv, head_dim] at positions[T] of sequences seq_of_token[T] through
+// block_tables[n_seqs, max_blocks]); then attention runs for the tokens `query_rows` only (all
+// tokens of a sequence, or just its last ones: decode) with their q rows. Returns [Tq, n_head, hd].
+py::array_t<float> attention_test_py(const F32Array& q, const F32Array& k, const F32Array& v,
+                                     const I32Array& positions, const I32Array& seq_of_token,
+                                     const I32Array& block_tables, int64_t n_blocks, int block_size,
+                                     const I32Array& query_rows, float scale, int window, int kernel,
+                                     int n_threads) {
+    if (q.ndim() != 3 || k.ndim() != 3 || v.ndim() != 3)
+        throw std::invalid_argument("attention_test: q, k, v must be 3-D [T, heads, head_dim]");
+    const int64_t T = q.shape(0), n_head = q.shape(1), n_head_kv = k.shape(1), hd = q.shape(2);
+    if (k.shape(0) != T || v.shape(0) != T || v.shape(1) != n_head_kv || k.shape(2) != hd || v.shape(2) != hd)
+        throw std::invalid_argument("attention_test: k and v must both be [T, n_head_kv, head_dim] like q");
+    if (positions.ndim() != 1 || positions.shape(0) != T || seq_of_token.ndim() != 1 || seq_of_token.shape(0) != T)
+        throw std::invalid_argument("attention_test: positions and seq_of_token must be [T]");
+    if (block_tables.ndim() != 2) throw std::invalid_argument("attention_test: block_tables must be [n_seqs, max_blocks]");
+    if (kernel != -1 && kernel != 0 && kernel != 2) throw std::invalid_argument("attention_test: kernel must be -1, 0 or 2");
+    const int64_t n_seqs = block_tables.shape(0), max_blocks = block_tables.shape(1);
+    lll::KVCache kv(1, n_blocks, block_size, n_head_kv * hd);
+    for (int64_t t = 0; t < T; ++t) {   // kv_write trusts its batch: check what it will index
+        const int32_t s = seq_of_token.at(t), p = positions.at(t);
+        if (s < 0 || s >= n_seqs || p < 0 || p / block_size >= max_blocks)
+            throw std::invalid_argument("attention_test: token " + std::to_string(t) + " has a bad sequence or position");
+        const int32_t blk = block_tables.at(s, p / block_size);
+        if (blk < 0 || blk >= n_blocks) throw std::invalid_argument("attention_test: block id out of range");
+    }
+    lll::Batch all;
+    all.positions = positions.data(), all.seq_of_token = seq_of_token.data(), all.n_tokens = T;
+    all.block_tables = block_tables.data(), all.n_seqs = n_seqs, all.max_blocks = max_blocks;
+    lll::kv_write(kv, 0, k.data(), v.data(), all);
+    const int64_t Tq = query_rows.size();
+    std::vector<int32_t> qpos(Tq), qseq(Tq);
+    std::vector<float> qsub(Tq * n_head * hd);
+    for (int64_t i = 0; i < Tq; ++i) {
+        const int32_t t = query_rows.data()[i];
+        if (t < 0 || t >= T) throw std::invalid_argument("attention_test: query row out of range");
+        qpos[i] = positions.at(t), qseq[i] = seq_of_token.at(t);
+        memcpy(&qsub[i * n_head * hd], q.data() + t * n_head * hd, n_head * hd * sizeof(float));
+    }
+    lll::Batch qb = all;
+    qb.positions = qpos.data(), qb.seq_of_token = qseq.data(), qb.n_tokens = Tq;
+    py::array_t<float> out({Tq, n_head, hd});
+    float* op = out.mutable_data();
+    SharedPool& sp = shared_pool(n_threads);
+    py::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> lock(sp.busy);
+    lll::attention(sp.pool, kv, 0, qsub.data(), op, qb, (int)n_head, (int)n_head_kv, (int)hd, scale, window,
+                   static_cast<lll::AttnKernel>(kernel));
+    return out;
+}
+
 }  // namespace
 
 void register_kernels(py::module_& m) {
@@ -276,6 +335,19 @@ void register_kernels(py::module_& m) {
     m.def("matmul", &matmul_py, py::arg("w"), py::arg("wtype"), py::arg("N"), py::arg("K"), py::arg("x"),
           py::arg("n_threads") = 2, py::arg("isa") = -1,
           "Y[M, N] = X[M, K] . W[N, K]^T with W raw blocks [N, row_bytes]; activations quantized to the weight's vec_dot_type.");
+    m.def("attention_test", &attention_test_py, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("positions"),
+          py::arg("seq_of_token"), py::arg("block_tables"), py::arg("n_blocks"), py::arg("block_size"),
+          py::arg("query_rows"), py::arg("scale"), py::arg("window") = 0, py::arg("kernel") = -1,
+          py::arg("n_threads") = 2,
+          "Test harness: writes K/V of all tokens to a fresh paged cache, runs attention for query_rows; "
+          "kernel -1 auto, 0 scalar, 2 avx512. Returns [len(query_rows), n_head, head_dim].");
+    m.def("attention_avx512_available", &lll::attention_avx512_available,
+          "Whether the AVX-512 attention kernel is compiled in and supported here.");
+    m.def("attention_exp", [](const F32Array& x) {
+        py::array_t<float> y(x.size());
+        for (py::ssize_t i = 0; i < x.size(); ++i) y.mutable_data()[i] = lll::attention_exp(x.data()[i]);
+        return y;
+    }, py::arg("x"), "The softmax exp of attention (scalar reference of the SIMD one), elementwise on a 1-D array.");
     m.def("read_bandwidth", &read_bandwidth_py, py::arg("nbytes"), py::arg("n_threads") = 2, py::arg("reps") = 3,
           py::arg("cpu_clock") = false,
           "Streaming read bandwidth in GB/s (best of reps) over an nbytes buffer with n_threads threads; "

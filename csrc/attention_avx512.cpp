@@ -1,0 +1,330 @@
+// attention_avx512.cpp — the AVX-512 chunk kernel (see attention.h). Scalar reference:
+// attend_row_scalar and attention_exp in attention.cpp, which do the same float operations in
+// the same order per (token, head) row; tests check the two bit-identical.
+//
+// One chunk = rows (token, query head) of one sequence and one kv head, R = tokens * group.
+// Its keys span tiles of 16 positions aligned to multiples of 16. Three passes over the tiles:
+//   1. K tile -> f32 transposed kt[d][16]; scores of 16 keys are 16 lanes, one sequential FMA
+//      chain over d per lane (broadcast q[d], FMA with kt[d]); keys outside a row's range -> -inf.
+//   2. per row: max, exp, double sum in 16 lanes (lane = key position % 16), probabilities
+//      rounded to F16.
+//   3. V tile -> f32 vt[16][d]; per row, out[d] += p_j * v_j[d] over its keys in order.
+#include "attention.h"
+
+#if LLL_ATTN_AVX512
+#include <immintrin.h>
+#include <math.h>
+#include <algorithm>
+#include <vector>
+#include "fp16.h"
+
+namespace lll {
+namespace attn_detail {
+namespace {
+
+// Per-thread scratch, grown as needed and reused across calls (no allocation in steady state).
+struct ChunkScratch {
+    std::vector<float> qh;               // [R][hd]   queries rounded to F16
+    std::vector<float> s;                // [R][span] scores -> exps -> probabilities
+    std::vector<float> kt;               // [2][hd][16] K tiles, transposed, f32
+    std::vector<float> vt;               // [16][hd]  V tile, f32
+    std::vector<int32_t> start, pos;     // [R]       visible key range of each row
+    std::vector<fp16_t> zeros;           // [hd]      stands in for keys outside the chunk's range
+};
+
+template <typename T>
+void grow(std::vector<T>& v, size_t n) {
+    if (v.size() < n) v.resize(n);
+}
+
+inline __m512 round_f16(__m512 x) {
+    return _mm512_cvtph_ps(_mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+
+// 16 lanes of attention_exp (same operations; see there).
+inline __m512 exp16(__m512 x) {
+    const __m512 n = _mm512_sub_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(kLog2e), _mm512_set1_ps(kRoundMagic)),
+                                   _mm512_set1_ps(kRoundMagic));
+    __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-kLn2Hi), x);
+    r = _mm512_fmadd_ps(n, _mm512_set1_ps(-kLn2Lo), r);
+    __m512 y = _mm512_set1_ps(kExpPoly[0]);
+    for (int i = 1; i < 6; ++i) y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(kExpPoly[i]));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f));
+    const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    y = _mm512_mul_ps(y, _mm512_castsi512_ps(e));
+    return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(kExpMin), _CMP_GE_OQ), y);
+}
+
+// In-register transpose of a 16x16 f32 matrix (row i = r[i]).
+inline void transpose16(__m512 r[16]) {
+    __m512 t[16], u[16];
+    for (int i = 0; i < 8; ++i) {        // pairs of rows, 32-bit interleave within 128-bit lanes
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int g = 0; g < 4; ++g) {        // u[4g + c]: lane L holds column 4L+c of rows 4g..4g+3
+        const __m512d a = _mm512_castps_pd(t[4 * g]), b = _mm512_castps_pd(t[4 * g + 1]);
+        const __m512d c = _mm512_castps_pd(t[4 * g + 2]), d = _mm512_castps_pd(t[4 * g + 3]);
+        u[4 * g + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+        u[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+        u[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+        u[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+    }
+    for (int c = 0; c < 4; ++c) {        // 4x4 transpose of 128-bit lanes among u[c], u[4+c], ...
+        const __m512 x0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x44);
+        const __m512 x1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xEE);
+        const __m512 x2 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x44);
+        const __m512 x3 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xEE);
+        r[c] = _mm512_shuffle_f32x4(x0, x2, 0x88);
+        r[4 + c] = _mm512_shuffle_f32x4(x0, x2, 0xDD);
+        r[8 + c] = _mm512_shuffle_f32x4(x1, x3, 0x88);
+        r[12 + c] = _mm512_shuffle_f32x4(x1, x3, 0xDD);
+    }
+}
+
+// F16 rows of the 16 positions p0..p0+15 of a tile (K or V of kv head offset `off`); positions
+// outside [valid_lo, valid_hi] (not this chunk's keys) point at zeros and are masked later.
+void tile_rows(const KVCache& kv, bool values, int layer, const int32_t* table, int32_t p0, int32_t valid_lo,
+               int32_t valid_hi, int off, const fp16_t* zeros, const fp16_t* rows[kTile]) {
+    const int bs = kv.block_size();
+    const int64_t w = kv.kv_width();
+    const bool one_block = bs % kTile == 0 && p0 >= valid_lo && p0 + kTile - 1 <= valid_hi;
+    if (one_block) {   // the whole tile lies in one cache block: consecutive slots
+        const int32_t blk = table[p0 / bs];
+        const fp16_t* base = (values ? kv.v_slot(layer, blk, p0 % bs) : kv.k_slot(layer, blk, p0 % bs)) + off;
+        for (int j = 0; j < kTile; ++j) rows[j] = base + j * w;
+        return;
+    }
+    for (int j = 0; j < kTile; ++j) {
+        const int32_t p = p0 + j;
+        if (p < valid_lo || p > valid_hi) {
+            rows[j] = zeros;
+            continue;
+        }
+        const int32_t blk = table[p / bs];
+        rows[j] = (values ? kv.v_slot(layer, blk, p % bs) : kv.k_slot(layer, blk, p % bs)) + off;
+    }
+}
+
+// kt[d][j] = K[j][d] in f32.
+void load_k_tile(const fp16_t* const* rows, int hd, float* kt) {
+    for (int d0 = 0; d0 < hd; d0 += 16) {
+        __m512 r[16];
+        for (int j = 0; j < 16; ++j) r[j] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(rows[j] + d0)));
+        transpose16(r);
+        for (int i = 0; i < 16; ++i) _mm512_storeu_ps(kt + (d0 + i) * 16, r[i]);
+    }
+}
+
+// vt[j][d] = V[j][d] in f32.
+void load_v_tile(const fp16_t* const* rows, int hd, float* vt) {
+    for (int j = 0; j < kTile; ++j)
+        for (int d0 = 0; d0 < hd; d0 += 16)
+            _mm512_storeu_ps(vt + j * hd + d0, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(rows[j] + d0))));
+}
+
+// Inputs of the score kernel for a run of rows and NT consecutive tiles starting at p0.
+struct ScoreJob {
+    const float* kt;       // [NT][hd][16] transposed K tiles
+    int hd;
+    float scale;
+    int32_t p0;
+    const float* qh;       // [n][hd] first row's query
+    const int32_t* start;  // [n]
+    const int32_t* pos;    // [n]
+    float* s;              // first row's scores at tile p0; row stride `stride`
+    int64_t stride;
+};
+
+// Scores of NR rows x NT tiles: s[i][lane] = scale * (q_i . k_lane), a sequential FMA chain over
+// d per lane; -inf where the key is outside row i's [start, pos]. NR * NT accumulators; each
+// broadcast q_i[d] serves NT tiles.
+template <int NR, int NT>
+void score_tile(const ScoreJob& job) {
+    const int hd = job.hd;
+    __m512 acc[NT][NR];
+    for (int t = 0; t < NT; ++t)
+        for (int i = 0; i < NR; ++i) acc[t][i] = _mm512_setzero_ps();
+    for (int d = 0; d < hd; ++d) {
+        __m512 k[NT];
+        for (int t = 0; t < NT; ++t) k[t] = _mm512_loadu_ps(job.kt + (t * hd + d) * 16);
+        for (int i = 0; i < NR; ++i) {
+            const __m512 qd = _mm512_set1_ps(job.qh[i * hd + d]);
+            for (int t = 0; t < NT; ++t) acc[t][i] = _mm512_fmadd_ps(qd, k[t], acc[t][i]);
+        }
+    }
+    const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    for (int t = 0; t < NT; ++t) {
+        const __m512i key = _mm512_add_epi32(_mm512_set1_epi32(job.p0 + t * kTile), iota);
+        for (int i = 0; i < NR; ++i) {
+            const __mmask16 vis = _mm512_cmpge_epi32_mask(key, _mm512_set1_epi32(job.start[i])) &
+                                  _mm512_cmple_epi32_mask(key, _mm512_set1_epi32(job.pos[i]));
+            _mm512_storeu_ps(job.s + i * job.stride + t * kTile,
+                             _mm512_mask_mul_ps(_mm512_set1_ps(-INFINITY), vis, acc[t][i], _mm512_set1_ps(job.scale)));
+        }
+    }
+}
+
+// Rows in blocks of NB (the last block shorter), NT tiles each.
+template <int NT, int NB>
+void score_rows(ScoreJob job, int n) {
+    for (; n >= NB; n -= NB) {
+        score_tile<NB, NT>(job);
+        job.qh += NB * job.hd, job.start += NB, job.pos += NB, job.s += NB * job.stride;
+    }
+    switch (n) {   // remainder, unrolled so the accumulators stay in registers
+        case 7: score_tile<7, NT>(job); break;
+        case 6: score_tile<6, NT>(job); break;
+        case 5: score_tile<5, NT>(job); break;
+        case 4: score_tile<4, NT>(job); break;
+        case 3: score_tile<3, NT>(job); break;
+        case 2: score_tile<2, NT>(job); break;
+        case 1: score_tile<1, NT>(job); break;
+        default: break;
+    }
+}
+
+// Scores of one row's tiles s[n_tiles][16] (invisible keys -inf) -> F16-rounded probabilities.
+void softmax_row(float* s, int n_tiles) {
+    __m512 m = _mm512_set1_ps(-INFINITY);
+    for (int k = 0; k < n_tiles; ++k) m = _mm512_max_ps(_mm512_loadu_ps(s + 16 * k), m);   // NaN ignored, as std::max
+    const __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(m));
+    __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();   // lanes 0-7, 8-15
+    for (int k = 0; k < n_tiles; ++k) {
+        const __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(s + 16 * k), mx));
+        _mm512_storeu_ps(s + 16 * k, e);
+        lo = _mm512_add_pd(lo, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
+        hi = _mm512_add_pd(hi, _mm512_cvtps_pd(_mm512_extractf32x8_ps(e, 1)));
+    }
+    double lanes[kTile];
+    _mm512_storeu_pd(lanes, lo);
+    _mm512_storeu_pd(lanes + 8, hi);
+    const __m512 inv = _mm512_set1_ps((float)(1.0 / sum_lanes(lanes)));
+    for (int k = 0; k < n_tiles; ++k)
+        _mm512_storeu_ps(s + 16 * k, round_f16(_mm512_mul_ps(_mm512_loadu_ps(s + 16 * k), inv)));
+}
+
+// For NR rows r: out_r[d] = fma(p_r[j], v_j[d], out_r[d]) for keys j = ja..jb of the tile, in order
+// (each lane a sequential FMA chain over keys). DV vectors of d at a time; NR * DV independent
+// accumulators hide the FMA latency, and each V load serves NR rows.
+template <int DV, int NR>
+void pv_tile(const float* vt, int hd, const float* const* p, int ja, int jb, float* const* out) {
+    for (int d0 = 0; d0 < hd; d0 += DV * 16) {
+        __m512 acc[NR][DV];
+        for (int r = 0; r < NR; ++r)
+            for (int i = 0; i < DV; ++i) acc[r][i] = _mm512_loadu_ps(out[r] + d0 + 16 * i);
+        for (int j = ja; j <= jb; ++j) {
+            const float* v = vt + j * hd + d0;
+            __m512 pj[NR];
+            for (int r = 0; r < NR; ++r) pj[r] = _mm512_set1_ps(p[r][j]);
+            for (int i = 0; i < DV; ++i) {
+                const __m512 vv = _mm512_loadu_ps(v + 16 * i);
+                for (int r = 0; r < NR; ++r) acc[r][i] = _mm512_fmadd_ps(pj[r], vv, acc[r][i]);
+            }
+        }
+        for (int r = 0; r < NR; ++r)
+            for (int i = 0; i < DV; ++i) _mm512_storeu_ps(out[r] + d0 + 16 * i, acc[r][i]);
+    }
+}
+
+template <int NR>
+void pv_rows(const float* vt, int hd, const float* const* p, int ja, int jb, float* const* out) {
+    if (hd % 64 == 0) pv_tile<4, NR>(vt, hd, p, ja, jb, out);
+    else pv_tile<1, NR>(vt, hd, p, ja, jb, out);
+}
+
+// Rows of the chunk: F16-rounded queries, visible ranges; output rows zeroed (PV accumulates).
+void setup_rows(const float* q, float* out, const Batch& b, const Chunk& c, const Shape& sh, ChunkScratch& w) {
+    const int hd = sh.head_dim;
+    int r = 0;
+    for (int64_t t = c.t0; t < c.t1; ++t)
+        for (int h = c.kv_head * sh.group; h < (c.kv_head + 1) * sh.group; ++h, ++r) {
+            const int64_t off = (t * sh.n_head + h) * (int64_t)hd;
+            for (int d = 0; d < hd; d += 16) {
+                _mm512_storeu_ps(&w.qh[(int64_t)r * hd + d], round_f16(_mm512_loadu_ps(q + off + d)));
+                _mm512_storeu_ps(out + off + d, _mm512_setzero_ps());
+            }
+            w.pos[r] = b.positions[t];
+            w.start[r] = first_visible(w.pos[r], sh.window);
+        }
+}
+
+}  // namespace
+
+void attend_chunk_avx512(const KVCache& kv, int layer, const float* q, float* out, const Batch& b,
+                         const Chunk& c, const Shape& sh) {
+    static thread_local ChunkScratch w;
+    const int hd = sh.head_dim, R = (int)(c.t1 - c.t0) * sh.group, off = c.kv_head * hd;
+    const int32_t* table = b.block_tables + (int64_t)b.seq_of_token[c.t0] * b.max_blocks;
+    const int32_t first = first_visible(b.positions[c.t0], sh.window), last = b.positions[c.t1 - 1];
+    const int32_t lo = first / kTile * kTile;                 // tiles aligned to absolute positions
+    const int n_tiles = (last - lo) / kTile + 1;
+    const int64_t span = (int64_t)n_tiles * kTile;
+    grow(w.qh, (size_t)R * hd), grow(w.s, (size_t)R * span), grow(w.kt, (size_t)2 * hd * kTile);
+    grow(w.vt, (size_t)hd * kTile), grow(w.start, R), grow(w.pos, R);
+    if ((int)w.zeros.size() < hd) w.zeros.assign(hd, 0);
+    setup_rows(q, out, b, c, sh, w);
+    const fp16_t* rows[kTile];
+
+    // Pass 1: scores, two tiles at a time. Rows are ordered by position, so the rows seeing a
+    // tile are a range; a pair of tiles is scored for the union of its two ranges (lanes a row
+    // does not see are -inf, and its softmax only reads its own tiles).
+    for (int k = 0, ra = 0, rb = 0; k < n_tiles;) {
+        const int nt = k + 1 < n_tiles ? 2 : 1;
+        const int32_t p0 = lo + k * kTile;
+        while (ra < R && w.pos[ra] < p0) ++ra;
+        while (rb < R && w.start[rb] <= p0 + nt * kTile - 1) ++rb;
+        if (ra < rb) {
+            for (int t = 0; t < nt; ++t) {
+                tile_rows(kv, false, layer, table, p0 + t * kTile, first, last, off, w.zeros.data(), rows);
+                load_k_tile(rows, hd, &w.kt[(size_t)t * hd * kTile]);
+            }
+            const ScoreJob job{w.kt.data(), hd, sh.scale, p0, &w.qh[(int64_t)ra * hd], &w.start[ra], &w.pos[ra],
+                               &w.s[ra * span + k * kTile], span};
+            if (nt == 2) score_rows<2, 8>(job, rb - ra);
+            else score_rows<1, 8>(job, rb - ra);
+        }
+        k += nt;
+    }
+    // Pass 2: softmax of each row over its own tiles.
+    for (int r = 0; r < R; ++r) {
+        const int k0 = (w.start[r] / kTile * kTile - lo) / kTile, k1 = (w.pos[r] - lo) / kTile;
+        softmax_row(&w.s[r * span + k0 * kTile], k1 - k0 + 1);
+    }
+    // Pass 3: probabilities times V.
+    for (int k = 0, ra = 0, rb = 0; k < n_tiles; ++k) {
+        const int32_t p0 = lo + k * kTile;
+        while (ra < R && w.pos[ra] < p0) ++ra;
+        while (rb < R && w.start[rb] <= p0 + kTile - 1) ++rb;
+        if (ra >= rb) continue;
+        tile_rows(kv, true, layer, table, p0, first, last, off, w.zeros.data(), rows);
+        load_v_tile(rows, hd, w.vt.data());
+        // Rows with the same key range in this tile (all but the diagonal ones) go 4 at a time.
+        for (int r = ra; r < rb;) {
+            const int ja = std::max(w.start[r], p0) - p0, jb = std::min(w.pos[r], p0 + kTile - 1) - p0;
+            const float* p[4];
+            float* o[4];
+            int n = 0;
+            for (; n < 4 && r + n < rb; ++n) {
+                const int rr = r + n;
+                if (std::max(w.start[rr], p0) - p0 != ja || std::min(w.pos[rr], p0 + kTile - 1) - p0 != jb) break;
+                const int64_t t = c.t0 + rr / sh.group, h = c.kv_head * sh.group + rr % sh.group;
+                p[n] = &w.s[rr * span + k * kTile];
+                o[n] = out + (t * sh.n_head + h) * hd;
+            }
+            switch (n) {
+                case 4: pv_rows<4>(w.vt.data(), hd, p, ja, jb, o); break;
+                case 3: pv_rows<3>(w.vt.data(), hd, p, ja, jb, o); break;
+                case 2: pv_rows<2>(w.vt.data(), hd, p, ja, jb, o); break;
+                default: pv_rows<1>(w.vt.data(), hd, p, ja, jb, o); break;
+            }
+            r += n;
+        }
+    }
+}
+
+}  // namespace attn_detail
+}  // namespace lll
+
+#endif  // LLL_ATTN_AVX512
