@@ -190,30 +190,5 @@ KernelSet make_tile_set(Isa isa) {
     return ks;
 }
 
-// 64-byte table for vpermb / vpermt2b: byte i = block_bytes * (i / run) + offset + i % run, i.e.
-// runs of `run` contiguous bytes taken from consecutive blocks.
-template <int kBlockBytes, int kOffset, int kRun>
-struct RunIndex {
-    struct Table { alignas(64) uint8_t v[64]; };
-    static constexpr Table make() {
-        Table t{};
-        for (int i = 0; i < 64; ++i) t.v[i] = (uint8_t)(kBlockBytes * (i / kRun) + kOffset + i % kRun);
-        return t;
-    }
-    static constexpr Table table = make();
-};
-
-// Byte offsets 0, stride, 2 * stride, ... of 16 consecutive blocks (gather indices).
-template <int kStride>
-struct StrideIndex {
-    struct Table { alignas(64) int32_t v[16]; };
-    static constexpr Table make() {
-        Table t{};
-        for (int i = 0; i < 16; ++i) t.v[i] = i * kStride;
-        return t;
-    }
-    static constexpr Table table = make();
-};
-
 }  // namespace kern
 }  // namespace lll
