@@ -12,8 +12,6 @@
 #include "attention.h"
 
 #if LLL_ATTN_AVX512
-// GCC 12 warns about undefined upper lanes inside its own intrinsic headers (false positive).
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 #include <math.h>
 #include <algorithm>

@@ -16,8 +16,6 @@
 #include "dot_impl.h"
 
 #if LLL_BUILD_AVX2
-// GCC 12 warns about undefined upper lanes inside its own intrinsic headers (false positive).
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 #endif
 

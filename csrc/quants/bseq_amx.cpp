@@ -10,7 +10,6 @@
 #include "dot_impl.h"
 
 #if LLL_BUILD_AVX512 && defined(__AMX_TILE__) && defined(__AMX_INT8__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <cpuid.h>
 #include <immintrin.h>
 #include <stdlib.h>

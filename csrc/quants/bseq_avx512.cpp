@@ -12,8 +12,6 @@
 #include "dot_impl.h"
 
 #if LLL_BUILD_AVX512
-// GCC 12 warns about the undefined upper lanes inside its own intrinsic headers (false positive).
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 #include <string.h>
 

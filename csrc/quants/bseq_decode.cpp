@@ -12,7 +12,6 @@
 #include "dot_impl.h"
 
 #if LLL_BUILD_AVX512
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include "bseq_simd.h"
 
 namespace lll {

@@ -1,8 +1,6 @@
 // bseq_simd.h — AVX-512 helpers shared by the block-sequential kernels (bseq_avx512.cpp,
 // bseq_decode.cpp). Private to csrc/quants; include only where LLL_BUILD_AVX512 holds.
 #pragma once
-// GCC 12 warns about undefined upper lanes inside its own intrinsic headers (false positive).
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 #include <string.h>
 

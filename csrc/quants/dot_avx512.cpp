@@ -9,8 +9,6 @@
 #include "bseq.h"
 
 #if LLL_BUILD_AVX512
-// GCC 12 warns about undefined upper lanes inside its own intrinsic headers (false positive).
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 #include <string.h>
 
