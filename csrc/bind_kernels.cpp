@@ -152,10 +152,11 @@ py::array_t<float> matmul_repacked_py(const py::array& w, int wtype, int64_t N, 
     {
         py::gil_scoped_release nogil;
         std::lock_guard<std::mutex> lock(sp.busy);
-        const lll::RepackedWeight r = lll::repack_weight(sp.pool, t, wb.data(), N, K);
+        std::vector<uint8_t> r(lll::repacked_bytes(t, N, K));
+        lll::repack_weight(sp.pool, t, wb.data(), N, K, r.data());
         std::vector<uint8_t> xq(lll::act_buffer_bytes(wt.vec_dot_type, M, K));
         lll::quantize_activations(sp.pool, wt.vec_dot_type, x.data(), M, K, xq.data(), lll::best_isa());
-        lll::matmul_q_repacked(sp.pool, t, r.data.get(), N, K, xq.data(), M, yp, N);
+        lll::matmul_q_repacked(sp.pool, t, r.data(), N, K, xq.data(), M, yp, N);
     }
     return y;
 }

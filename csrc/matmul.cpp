@@ -9,6 +9,7 @@
 #include "matmul.h"
 
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <string.h>
 
 #include <algorithm>
@@ -140,20 +141,30 @@ bool can_repack(GGMLType wtype, Isa isa) {
     return ks && ks->bseq;
 }
 
-RepackedWeight repack_weight(ThreadPool& pool, GGMLType wtype, const void* W, int64_t N, int64_t K) {
+size_t repacked_bytes(GGMLType wtype, int64_t N, int64_t K) {
+    const int64_t wrb = row_bytes(traits_or_throw(wtype, "repacked_bytes"), K, "repacked_bytes");
+    return bseq::repacked_bytes(wtype, N, (size_t)wrb);
+}
+
+void repack_weight(ThreadPool& pool, GGMLType wtype, const void* W, int64_t N, int64_t K, uint8_t* dst) {
     const TypeTraits& wt = traits_or_throw(wtype, "repack_weight");
     const int64_t wrb = row_bytes(wt, K, "repack_weight");
     if (N <= 0) throw std::invalid_argument("repack_weight: N must be > 0");
-    RepackedWeight r;
-    r.bytes = bseq::repacked_bytes(wtype, N, (size_t)wrb);
-    r.data.reset((uint8_t*)aligned_alloc(64, (r.bytes + 63) / 64 * 64));
-    if (!r.data) throw std::bad_alloc();
     const int64_t panels = (N + bseq::kPanel - 1) / bseq::kPanel;
     run_maybe_parallel(pool, panels >= 2, [&](int ith, int nth) {
-        bseq::repack_panels(wtype, (const uint8_t*)W, (size_t)wrb, N, K, r.data.get(), panels * ith / nth,
+        bseq::repack_panels(wtype, (const uint8_t*)W, (size_t)wrb, N, K, dst, panels * ith / nth,
                             panels * (ith + 1) / nth);
     });
-    return r;
+}
+
+HugeBuffer::HugeBuffer(size_t bytes) {
+    // 2 MiB aligned and advised as huge pages: decode streams the weights once per token, and
+    // 4 KiB pages would cost a TLB miss every 4 KiB.
+    constexpr size_t kHuge = 2u << 20;
+    const size_t alloc = (bytes + kHuge - 1) / kHuge * kHuge;
+    data_.reset((uint8_t*)aligned_alloc(kHuge, alloc ? alloc : kHuge));
+    if (!data_) throw std::bad_alloc();
+    madvise(data_.get(), alloc, MADV_HUGEPAGE);
 }
 
 void matmul_q_repacked(ThreadPool& pool, GGMLType wtype, const void* Wr, int64_t N, int64_t K,

@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include "matmul.h"
 #include "ops.h"
+#include "models/layer_blocks.h"
 
 namespace lll {
 
@@ -30,23 +31,35 @@ Model::Model(const std::string& path, int n_threads, int64_t kv_blocks, int kv_b
     if (!(no_repack && *no_repack && *no_repack != '0')) repack_layer_weights();
 }
 
-// The layer matrices of block-sequential types are repacked into 16-row panels (same size),
-// and the file pages they came from are dropped from memory: peak RSS stays that of the
-// weights. The output matrix stays in GGUF rows (with tied embeddings it is also the lookup
-// table), where the kernels read it directly.
+// The matrices of block-sequential types are repacked into 16-row panels (same size), and the
+// file pages they came from are dropped from memory: peak RSS stays that of the weights. With
+// tied embeddings the output matrix is also the lookup table: that keeps reading the file's
+// rows, and faults back in only the pages of the tokens it looks up.
 void Model::repack_layer_weights() {
     const long page = sysconf(_SC_PAGESIZE);
-    for (LayerWeights& L : w_.layers) {
-        for (WeightRef* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) {
-            if (!w->present() || !can_repack(w->type, isa_)) continue;
-            RepackedWeight r = repack_weight(*pool_, w->type, w->data, w->ne1, w->ne0);
-            const uintptr_t lo = ((uintptr_t)w->data + page - 1) / page * page;
-            const uintptr_t hi = ((uintptr_t)w->data + w->ne1 * w->row_bytes) / page * page;
-            if (hi > lo) madvise((void*)lo, hi - lo, MADV_DONTNEED);
-            w->data = r.data.get();
-            w->repacked = true;
-            repacked_.push_back(std::move(r));
-        }
+    std::vector<WeightRef*> todo{&w_.output};
+    for (LayerWeights& L : w_.layers)
+        for (WeightRef* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) todo.push_back(w);
+    std::vector<WeightRef*> chosen;
+    std::vector<size_t> offset;
+    size_t total = 0;
+    for (WeightRef* w : todo) {
+        if (!w->present() || !can_repack(w->type, isa_)) continue;
+        chosen.push_back(w);
+        offset.push_back(total);
+        total += (repacked_bytes(w->type, w->ne1, w->ne0) + 63) / 64 * 64;
+    }
+    if (chosen.empty()) return;
+    repacked_ = std::make_unique<HugeBuffer>(total);
+    for (size_t i = 0; i < chosen.size(); ++i) {
+        WeightRef* w = chosen[i];
+        uint8_t* dst = repacked_->data() + offset[i];
+        repack_weight(*pool_, w->type, w->data, w->ne1, w->ne0, dst);
+        const uintptr_t lo = ((uintptr_t)w->data + page - 1) / page * page;
+        const uintptr_t hi = ((uintptr_t)w->data + w->ne1 * w->row_bytes) / page * page;
+        if (hi > lo) madvise((void*)lo, hi - lo, MADV_DONTNEED);
+        w->data = dst;
+        w->repacked = true;
     }
 }
 
@@ -108,8 +121,9 @@ void Model::forward(const Batch& b, float* logits) {
     float* h = s.h.data();                                   // [n_out, D] rows wanted
     for (int64_t r = 0; r < b.n_out; ++r)
         rms_norm(x + (int64_t)b.output_rows[r] * D, w_.output_norm.f32(), h + r * D, D, hp_.norm_eps);
-    const WeightRef& out = w_.output;
-    matmul(*pool_, out.type, out.data, out.ne1, out.ne0, h, b.n_out, logits, isa_);  // [n_out, n_vocab]
+    const WeightRef& out = w_.output;                        // logits [n_out, n_vocab]
+    if (out.repacked) linear(*this, out, h, b.n_out, logits, nullptr);
+    else matmul(*pool_, out.type, out.data, out.ne1, out.ne0, h, b.n_out, logits, isa_);
 }
 
 }  // namespace lll

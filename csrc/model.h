@@ -103,7 +103,7 @@ private:
     ModelWeights w_;
     std::unique_ptr<ThreadPool> pool_;
     std::unique_ptr<KVCache> kv_;
-    std::vector<RepackedWeight> repacked_;   // owners of the repacked layer matrices
+    std::unique_ptr<HugeBuffer> repacked_;   // the repacked matrices, one arena
     void repack_layer_weights();
     Isa isa_;
     int64_t scratch_T_ = 0;

@@ -81,8 +81,8 @@ struct ReplayRows {
 
 // ---- packers: one function per weight type, filling units [0, nu) of the panel --------------
 
-template <int kBytes, int kQs, int kQh, bool kMin, class S>
-void pack_legacy4(const S& R, int64_t nu, const Panel& P) {   // Q4_0, Q4_1, Q5_0, Q5_1
+template <int kBytes, int kQs, int kQh, bool kMin, class S, class Sink>
+void pack_legacy4(const S& R, int64_t nu, Sink& P) {   // Q4_0, Q4_1, Q5_0, Q5_1
     const __m512i spread = _mm512_load_si512(kSpread5);
     for (int64_t u = 0; u < nu; ++u) {
         const size_t base = (size_t)u * kBytes;
@@ -100,14 +100,13 @@ void pack_legacy4(const S& R, int64_t nu, const Panel& P) {   // Q4_0, Q4_1, Q5_
                 B[kg] = _mm512_or_si512(B[kg], _mm512_permutexvar_epi32(nib, spread));
             }
         }
-        for (int kg = 0; kg < 8; ++kg) _mm512_store_si512(P.q + u * 512 + 64 * kg, B[kg]);
-        _mm512_store_ps(P.d + 16 * u, R.f16(base, false));
-        if constexpr (kMin) _mm512_store_ps(P.m + 16 * u, R.f16(base, true));
+        const __m512 dw = R.f16(base, false);
+        P.template legacy<kMin>(u, B, dw, kMin ? R.f16(base, true) : dw);
     }
 }
 
-template <class S>
-void pack_q8_0(const S& R, int64_t nu, const Panel& P) {
+template <class S, class Sink>
+void pack_q8_0(const S& R, int64_t nu, Sink& P) {
     constexpr int kBytes = sizeof(block_q8_0);
     for (int64_t u = 0; u < nu; ++u) {
         const size_t base = (size_t)u * kBytes;
@@ -115,13 +114,14 @@ void pack_q8_0(const S& R, int64_t nu, const Panel& P) {
         __m512i t[8];
         R.t32(base + 2, t);
         for (int kg = 0; kg < 8; ++kg)   // signed -> unsigned (q + 128); the bias term removes 128 sum x
-            _mm512_store_si512(P.q + u * 512 + 64 * kg, _mm512_xor_si512(t[kg], _mm512_set1_epi8((char)0x80)));
-        _mm512_store_ps(P.d + 16 * u, R.f16(base, false));
+            t[kg] = _mm512_xor_si512(t[kg], _mm512_set1_epi8((char)0x80));
+        const __m512 dw = R.f16(base, false);
+        P.template legacy<false>(u, t, dw, dw);
     }
 }
 
-template <bool kQ5, class S>
-void pack_k4(const S& R, int64_t nu, const Panel& P) {   // Q4_K, Q5_K
+template <bool kQ5, class S, class Sink>
+void pack_k4(const S& R, int64_t nu, Sink& P) {   // Q4_K, Q5_K
     constexpr int kBytes = kQ5 ? sizeof(block_q5_K) : sizeof(block_q4_K);
     constexpr int kQs = kQ5 ? 48 : 16;
     for (int64_t g = 0; g < nu / 8; ++g) {
@@ -136,28 +136,26 @@ void pack_k4(const S& R, int64_t nu, const Panel& P) {   // Q4_K, Q5_K
             for (int odd = 0; odd < 2; ++odd) {
                 const int j = 2 * c + odd;
                 const int64_t u = 8 * g + j;
+                __m512i B[8];
                 for (int kg = 0; kg < 8; ++kg) {
-                    __m512i q = odd ? hi4(t[kg]) : lo4(t[kg]);
+                    B[kg] = odd ? hi4(t[kg]) : lo4(t[kg]);
                     if constexpr (kQ5) {
                         const __m512i b = j <= 4 ? _mm512_slli_epi32(h[kg], 4 - j) : _mm512_srli_epi32(h[kg], j - 4);
-                        q = _mm512_or_si512(q, _mm512_and_si512(b, _mm512_set1_epi8(0x10)));
+                        B[kg] = _mm512_or_si512(B[kg], _mm512_and_si512(b, _mm512_set1_epi8(0x10)));
                     }
-                    _mm512_store_si512(P.q + u * 512 + 64 * kg, q);
                 }
                 __m512i sc, mn;
                 k4_scales(a0, a1, a2, j, &sc, &mn);
-                _mm512_store_si512(P.sc + 32 * u, sc);
-                _mm512_store_si512(P.pair + 16 * u, _mm512_or_si512(mn, _mm512_slli_epi32(mn, 16)));
+                P.template kunit<false>(u, B, sc, sc, _mm512_or_si512(mn, _mm512_slli_epi32(mn, 16)));
             }
         }
         const __m512i dm = R.gather(base);
-        _mm512_store_ps(P.d + 16 * g, f16_low(dm));
-        _mm512_store_ps(P.m + 16 * g, f16_high(dm));
+        P.template kgroup<false>(g, f16_low(dm), f16_high(dm));
     }
 }
 
-template <class S>
-void pack_q6_K(const S& R, int64_t nu, const Panel& P) {
+template <class S, class Sink>
+void pack_q6_K(const S& R, int64_t nu, Sink& P) {
     constexpr int kBytes = sizeof(block_q6_K);
     const __m512i m2 = _mm512_set1_epi8(3);
     for (int64_t g = 0; g < nu / 8; ++g) {
@@ -172,40 +170,66 @@ void pack_q6_K(const S& R, int64_t nu, const Panel& P) {
             R.t32(base + 128 + 32 * half, hb);
             for (int quarter = 0; quarter < 4; ++quarter) {
                 const int64_t u = 8 * g + 4 * half + quarter;
+                __m512i B[8];
                 for (int kg = 0; kg < 8; ++kg) {
                     const __m512i src = quarter % 2 ? l1[kg] : l0[kg];
                     const __m512i lo = quarter < 2 ? lo4(src) : hi4(src);
                     const __m512i hi = _mm512_and_si512(_mm512_srli_epi32(hb[kg], 2 * quarter), m2);
-                    _mm512_store_si512(P.q + u * 512 + 64 * kg, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 4)));
+                    B[kg] = _mm512_or_si512(lo, _mm512_slli_epi32(hi, 4));
                 }
                 __m512i sc[2];
                 for (int k = 0; k < 2; ++k) {      // int8 scale of sub-block 2 (u % 8) + k, sign-extended
                     const int sb = 2 * (4 * half + quarter) + k;
                     sc[k] = _mm512_srai_epi32(_mm512_slli_epi32(s[sb / 4], 24 - 8 * (sb % 4)), 24);
-                    _mm512_store_si512(P.sc + 32 * u + 16 * k, sc[k]);
                 }
                 const __m512i pair = _mm512_or_si512(_mm512_and_si512(sc[0], _mm512_set1_epi32(0xFFFF)),
                                                      _mm512_slli_epi32(sc[1], 16));
-                _mm512_store_si512(P.pair + 16 * u, pair);
+                P.template kunit<true>(u, B, sc[0], sc[1], pair);
             }
         }
-        _mm512_store_ps(P.d + 16 * g, R.f16(base + 206, true));   // d: bytes 208..209
+        const __m512 d = R.f16(base + 206, true);   // d: bytes 208..209
+        P.template kgroup<true>(g, d, d);
     }
 }
 
-template <class S>
-void pack_panel(GGMLType t, const S& R, int64_t nu, const Panel& P) {
+template <class S, class Sink>
+void pack_panel(GGMLType t, const S& R, int64_t nu, Sink& P) {
     switch (t) {
-        case GGMLType::Q4_0: pack_legacy4<sizeof(block_q4_0), 2, -1, false, S>(R, nu, P); break;
-        case GGMLType::Q4_1: pack_legacy4<sizeof(block_q4_1), 4, -1, true, S>(R, nu, P); break;
-        case GGMLType::Q5_0: pack_legacy4<sizeof(block_q5_0), 6, 2, false, S>(R, nu, P); break;
-        case GGMLType::Q5_1: pack_legacy4<sizeof(block_q5_1), 8, 4, true, S>(R, nu, P); break;
+        case GGMLType::Q4_0: pack_legacy4<sizeof(block_q4_0), 2, -1, false, S, Sink>(R, nu, P); break;
+        case GGMLType::Q4_1: pack_legacy4<sizeof(block_q4_1), 4, -1, true, S, Sink>(R, nu, P); break;
+        case GGMLType::Q5_0: pack_legacy4<sizeof(block_q5_0), 6, 2, false, S, Sink>(R, nu, P); break;
+        case GGMLType::Q5_1: pack_legacy4<sizeof(block_q5_1), 8, 4, true, S, Sink>(R, nu, P); break;
         case GGMLType::Q8_0: pack_q8_0(R, nu, P); break;
-        case GGMLType::Q4_K: pack_k4<false, S>(R, nu, P); break;
-        case GGMLType::Q5_K: pack_k4<true, S>(R, nu, P); break;
+        case GGMLType::Q4_K: pack_k4<false, S, Sink>(R, nu, P); break;
+        case GGMLType::Q5_K: pack_k4<true, S, Sink>(R, nu, P); break;
         default: pack_q6_K(R, nu, P); break;
     }
 }
+
+// ---- where a packer's unpacked units go ------------------------------------------------------
+
+// PanelSink: into the panel buffer, for the kernels below (many activation rows).
+struct PanelSink {
+    const Panel& P;
+    template <bool kMin>
+    void legacy(int64_t u, const __m512i* B, __m512 dw, __m512 mw) {
+        for (int kg = 0; kg < 8; ++kg) _mm512_store_si512(P.q + u * 512 + 64 * kg, B[kg]);
+        _mm512_store_ps(P.d + 16 * u, dw);
+        if constexpr (kMin) _mm512_store_ps(P.m + 16 * u, mw);
+    }
+    template <bool kQ6>
+    void kunit(int64_t u, const __m512i* B, __m512i sc0, __m512i sc1, __m512i pair) {
+        for (int kg = 0; kg < 8; ++kg) _mm512_store_si512(P.q + u * 512 + 64 * kg, B[kg]);
+        _mm512_store_si512(P.sc + 32 * u, sc0);
+        if constexpr (kQ6) _mm512_store_si512(P.sc + 32 * u + 16, sc1);
+        _mm512_store_si512(P.pair + 16 * u, pair);
+    }
+    template <bool kQ6>
+    void kgroup(int64_t g, __m512 dw, __m512 dmin) {
+        _mm512_store_ps(P.d + 16 * g, dw);
+        if constexpr (!kQ6) _mm512_store_ps(P.m + 16 * g, dmin);
+    }
+};
 
 // ---- kernels: C activation rows x one panel, the fold of bseq.h with rows in lanes -----------
 
@@ -275,6 +299,67 @@ void kernel_kquant(const Panel& P, int64_t nu, const ActPack& a, int64_t m, __m5
     }
 }
 
+// DotSink: C activation rows consume each unit as it is unpacked (decode on repacked weights:
+// nothing is stored). The same operations, in the same order, as kernel_legacy / kernel_kquant.
+template <int C>
+struct DotSink {
+    const ActPack& a;
+    int64_t m, nu;
+    const int8_t* x[C];
+    __m512 acc[C];
+    __m512i isum[C], aux[C];
+    DotSink(const ActPack& a_, int64_t m_, int64_t nu_) : a(a_), m(m_), nu(nu_) {
+        for (int c = 0; c < C; ++c) {
+            x[c] = a.q + (m + c) * a.K;
+            acc[c] = _mm512_setzero_ps();
+            isum[c] = aux[c] = _mm512_setzero_si512();
+        }
+    }
+    template <bool kMin>
+    void legacy(int64_t u, const __m512i* B, __m512 dw, __m512 mw) {
+        for (int c = 0; c < C; ++c) {
+            __m512i s = unit_sum(B, x[c] + 32 * u, 0, 8);
+            const int64_t i = (m + c) * nu + u;
+            if constexpr (!kMin) s = _mm512_sub_epi32(s, _mm512_set1_epi32(a.bias[i]));
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(a.d[i])), acc[c]);
+            if constexpr (kMin) acc[c] = _mm512_fmadd_ps(mw, _mm512_set1_ps(a.s[i]), acc[c]);
+        }
+    }
+    template <bool kQ6>
+    void kunit(int64_t u, const __m512i* B, __m512i sc0, __m512i sc1, __m512i pair) {
+        for (int c = 0; c < C; ++c) {
+            const int8_t* xu = x[c] + 32 * u;
+            if constexpr (kQ6) {
+                isum[c] = _mm512_add_epi32(isum[c], _mm512_mullo_epi32(sc0, unit_sum(B, xu, 0, 4)));
+                isum[c] = _mm512_add_epi32(isum[c], _mm512_mullo_epi32(sc1, unit_sum(B, xu, 4, 8)));
+            } else {
+                isum[c] = _mm512_add_epi32(isum[c], _mm512_mullo_epi32(sc0, unit_sum(B, xu, 0, 8)));
+            }
+            aux[c] = _mm512_dpwssd_epi32(aux[c], pair, _mm512_set1_epi32(a.bsum[(m + c) * nu + u]));
+        }
+    }
+    template <bool kQ6>
+    void kgroup(int64_t g, __m512 dw, __m512 dmin) {
+        const int64_t ng = nu / 8;
+        for (int c = 0; c < C; ++c) {
+            const __m512 dx = _mm512_set1_ps(a.d[(m + c) * ng + g]);
+            if constexpr (kQ6) isum[c] = _mm512_sub_epi32(isum[c], _mm512_slli_epi32(aux[c], 5));
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), _mm512_mul_ps(dw, dx), acc[c]);
+            if constexpr (!kQ6) acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(aux[c]), neg(_mm512_mul_ps(dmin, dx)), acc[c]);
+            isum[c] = aux[c] = _mm512_setzero_si512();
+        }
+    }
+};
+
+template <int C>
+void replay_rows(GGMLType t, const uint8_t* panel, size_t panel_bytes, int64_t nu, const ActPack& a,
+                 float* y, int64_t ldy, __mmask16 lanes) {
+    DotSink<C> sink(a, 0, nu);
+    const uint8_t* in = panel;
+    pack_panel(t, ReplayRows{&in, panel_bytes}, nu, sink);
+    for (int c = 0; c < C; ++c) _mm512_mask_storeu_ps(y + c * ldy, lanes, sink.acc[c]);
+}
+
 template <int C>
 void run_rows(GGMLType t, const Panel& P, int64_t nu, const ActPack& a, int64_t m, float* y,
               int64_t ldy, __mmask16 lanes) {
@@ -296,12 +381,22 @@ constexpr int64_t kDirectRows = 3;  // up to this many rows: bseq_decode.cpp (no
 
 void matmul_avx512(GGMLType t, const uint8_t* W, size_t ws, int64_t N, int64_t n0, int64_t n1,
                    const ActPack& a, float* Y, int64_t ldy, bool use_amx, bool repacked) {
-    if (!repacked && a.M <= kDirectRows) {
-        matmul_direct(t, W, ws, N, n0, n1, a, Y, ldy);
-        return;
-    }
     const int64_t nu = a.K / 32;
     const size_t panel_bytes = kPanel * ws;
+    if (a.M <= kDirectRows) {
+        if (!repacked) return matmul_direct(t, W, ws, N, n0, n1, a, Y, ldy);
+        for (int64_t p = n0; p < n1; p += kPanel) {
+            const int nvalid = (int)std::min<int64_t>(kPanel, N - p);
+            const uint8_t* panel = W + p / kPanel * panel_bytes;
+            const __mmask16 lanes = (__mmask16)((1u << nvalid) - 1);
+            switch (a.M) {
+                case 3: replay_rows<3>(t, panel, panel_bytes, nu, a, Y + p, ldy, lanes); break;
+                case 2: replay_rows<2>(t, panel, panel_bytes, nu, a, Y + p, ldy, lanes); break;
+                default: replay_rows<1>(t, panel, panel_bytes, nu, a, Y + p, ldy, lanes); break;
+            }
+        }
+        return;
+    }
     thread_local PanelBuffer buf;
     const Panel P = buf.get(nu);
     for (int64_t mb = 0; mb < a.M; mb += kActBlock) {
@@ -310,10 +405,12 @@ void matmul_avx512(GGMLType t, const uint8_t* W, size_t ws, int64_t N, int64_t n
             const int nvalid = (int)std::min<int64_t>(kPanel, N - p);
             if (repacked) {
                 const uint8_t* in = W + p / kPanel * panel_bytes;
-                pack_panel(t, ReplayRows{&in, panel_bytes}, nu, P);
+                PanelSink sink{P};
+                pack_panel(t, ReplayRows{&in, panel_bytes}, nu, sink);
             } else {
                 const Rows R(W + p * ws, ws, nvalid);
-                pack_panel(t, GgufRows{R}, nu, P);
+                PanelSink sink{P};
+                pack_panel(t, GgufRows{R}, nu, sink);
             }
             const __mmask16 lanes = (__mmask16)((1u << nvalid) - 1);
             int64_t m = mb;
@@ -342,7 +439,8 @@ void repack_panels(GGMLType t, const uint8_t* W, size_t ws, int64_t N, int64_t K
         const int nvalid = (int)std::min<int64_t>(kPanel, N - p * kPanel);
         const Rows R(W + p * kPanel * ws, ws, nvalid);
         uint8_t* out = dst + p * kPanel * ws;
-        pack_panel(t, RecordRows{{R}, &out}, nu, P);
+        PanelSink sink{P};
+        pack_panel(t, RecordRows{{R}, &out}, nu, sink);
         if (out != dst + (p + 1) * kPanel * ws)
             throw std::logic_error("bseq::repack_panels: repacked panel size differs from the GGUF rows'");
     }
