@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
+#include <algorithm>
 #include <stdexcept>
 #include "matmul.h"
 #include "ops.h"
@@ -51,13 +52,20 @@ void Model::repack_layer_weights() {
     }
     if (chosen.empty()) return;
     repacked_ = std::make_unique<HugeBuffer>(total);
+    // Slices of rows, each released from memory as soon as it is repacked: the old and new copies
+    // of a large matrix (a 170 MB tied embedding) never sit in memory together.
+    constexpr int64_t kSliceRows = 8192;
     for (size_t i = 0; i < chosen.size(); ++i) {
         WeightRef* w = chosen[i];
         uint8_t* dst = repacked_->data() + offset[i];
-        repack_weight(*pool_, w->type, w->data, w->ne1, w->ne0, dst);
-        const uintptr_t lo = ((uintptr_t)w->data + page - 1) / page * page;
-        const uintptr_t hi = ((uintptr_t)w->data + w->ne1 * w->row_bytes) / page * page;
-        if (hi > lo) madvise((void*)lo, hi - lo, MADV_DONTNEED);
+        for (int64_t r0 = 0; r0 < w->ne1; r0 += kSliceRows) {
+            const int64_t rows = std::min(kSliceRows, w->ne1 - r0);
+            const uint8_t* src = w->data + r0 * w->row_bytes;
+            repack_weight(*pool_, w->type, src, rows, w->ne0, dst + r0 * w->row_bytes);
+            const uintptr_t lo = ((uintptr_t)src + page - 1) / page * page;
+            const uintptr_t hi = ((uintptr_t)src + rows * w->row_bytes) / page * page;
+            if (hi > lo) madvise((void*)lo, hi - lo, MADV_DONTNEED);
+        }
         w->data = dst;
         w->repacked = true;
     }

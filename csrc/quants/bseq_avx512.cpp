@@ -231,6 +231,13 @@ struct PanelSink {
     }
 };
 
+// NullSink: discards the units (repacking only records what the packer reads).
+struct NullSink {
+    template <bool kMin> void legacy(int64_t, const __m512i*, __m512, __m512) {}
+    template <bool kQ6> void kunit(int64_t, const __m512i*, __m512i, __m512i, __m512i) {}
+    template <bool kQ6> void kgroup(int64_t, __m512, __m512) {}
+};
+
 // ---- kernels: C activation rows x one panel, the fold of bseq.h with rows in lanes -----------
 
 // Exact unit sums (4 products per dpbusd per lane) of units u for activation row x.
@@ -433,13 +440,11 @@ size_t repacked_bytes(GGMLType, int64_t N, size_t ws) {
 void repack_panels(GGMLType t, const uint8_t* W, size_t ws, int64_t N, int64_t K, uint8_t* dst,
                    int64_t p0, int64_t p1) {
     const int64_t nu = K / 32;
-    thread_local PanelBuffer buf;
-    const Panel P = buf.get(nu);
     for (int64_t p = p0; p < p1; ++p) {
         const int nvalid = (int)std::min<int64_t>(kPanel, N - p * kPanel);
         const Rows R(W + p * kPanel * ws, ws, nvalid);
         uint8_t* out = dst + p * kPanel * ws;
-        PanelSink sink{P};
+        NullSink sink;
         pack_panel(t, RecordRows{{R}, &out}, nu, sink);
         if (out != dst + (p + 1) * kPanel * ws)
             throw std::logic_error("bseq::repack_panels: repacked panel size differs from the GGUF rows'");
