@@ -252,62 +252,9 @@ inline void load_units(const Panel& P, int64_t u, __m512i* B) {
 }
 
 
-template <int C, bool kMin>
-void kernel_legacy(const Panel& P, int64_t nu, const ActPack& a, int64_t m, __m512* acc) {
-    const int8_t* x[C];
-    for (int c = 0; c < C; ++c) x[c] = a.q + (m + c) * a.K;
-    for (int64_t u = 0; u < nu; ++u) {
-        __m512i B[8];
-        load_units(P, u, B);
-        const __m512 dw = _mm512_load_ps(P.d + 16 * u);
-        for (int c = 0; c < C; ++c) {
-            __m512i s = unit_sum(B, x[c] + 32 * u, 0, 8);
-            const int64_t i = (m + c) * nu + u;
-            if constexpr (!kMin) s = _mm512_sub_epi32(s, _mm512_set1_epi32(a.bias[i]));
-            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(a.d[i])), acc[c]);
-            if constexpr (kMin) acc[c] = _mm512_fmadd_ps(_mm512_load_ps(P.m + 16 * u), _mm512_set1_ps(a.s[i]), acc[c]);
-        }
-    }
-}
-
-template <int C, bool kQ6>
-void kernel_kquant(const Panel& P, int64_t nu, const ActPack& a, int64_t m, __m512* acc) {
-    const int8_t* x[C];
-    for (int c = 0; c < C; ++c) x[c] = a.q + (m + c) * a.K;
-    const int64_t ng = nu / 8;
-    for (int64_t g = 0; g < ng; ++g) {
-        __m512i isum[C], aux[C];      // aux: msum (Q4_K/Q5_K) or sum sc * bsum (Q6_K)
-        for (int c = 0; c < C; ++c) isum[c] = aux[c] = _mm512_setzero_si512();
-        for (int64_t u = 8 * g; u < 8 * g + 8; ++u) {
-            __m512i B[8];
-            load_units(P, u, B);
-            const __m512i sc0 = _mm512_load_si512(P.sc + 32 * u), pair = _mm512_load_si512(P.pair + 16 * u);
-            const __m512i sc1 = kQ6 ? _mm512_load_si512(P.sc + 32 * u + 16) : sc0;
-            for (int c = 0; c < C; ++c) {
-                const int8_t* xu = x[c] + 32 * u;
-                if constexpr (kQ6) {
-                    isum[c] = _mm512_add_epi32(isum[c], _mm512_mullo_epi32(sc0, unit_sum(B, xu, 0, 4)));
-                    isum[c] = _mm512_add_epi32(isum[c], _mm512_mullo_epi32(sc1, unit_sum(B, xu, 4, 8)));
-                } else {
-                    isum[c] = _mm512_add_epi32(isum[c], _mm512_mullo_epi32(sc0, unit_sum(B, xu, 0, 8)));
-                }
-                aux[c] = _mm512_dpwssd_epi32(aux[c], pair, _mm512_set1_epi32(a.bsum[(m + c) * nu + u]));
-            }
-        }
-        const __m512 dw = _mm512_load_ps(P.d + 16 * g);
-        for (int c = 0; c < C; ++c) {
-            const __m512 dx = _mm512_set1_ps(a.d[(m + c) * ng + g]);
-            if constexpr (kQ6) isum[c] = _mm512_sub_epi32(isum[c], _mm512_slli_epi32(aux[c], 5));
-            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), _mm512_mul_ps(dw, dx), acc[c]);
-            if constexpr (!kQ6)
-                acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(aux[c]),
-                                         neg(_mm512_mul_ps(_mm512_load_ps(P.m + 16 * g), dx)), acc[c]);
-        }
-    }
-}
-
-// DotSink: C activation rows consume each unit as it is unpacked (decode on repacked weights:
-// nothing is stored). The same operations, in the same order, as kernel_legacy / kernel_kquant.
+// DotSink: C activation rows take in each unpacked unit: the fold of bseq.h with weight rows in
+// lanes. Fed from a packed panel (many activation rows) or straight from a replayed repacked
+// panel (decode: nothing is stored), so both paths run these very operations.
 template <int C>
 struct DotSink {
     const ActPack& a;
@@ -357,6 +304,32 @@ struct DotSink {
         }
     }
 };
+
+template <int C, bool kMin>
+void kernel_legacy(const Panel& P, int64_t nu, const ActPack& a, int64_t m, __m512* acc) {
+    DotSink<C> sink(a, m, nu);
+    for (int64_t u = 0; u < nu; ++u) {
+        __m512i B[8];
+        load_units(P, u, B);
+        sink.template legacy<kMin>(u, B, _mm512_load_ps(P.d + 16 * u), _mm512_load_ps(P.m + 16 * u));
+    }
+    for (int c = 0; c < C; ++c) acc[c] = sink.acc[c];
+}
+
+template <int C, bool kQ6>
+void kernel_kquant(const Panel& P, int64_t nu, const ActPack& a, int64_t m, __m512* acc) {
+    DotSink<C> sink(a, m, nu);
+    for (int64_t g = 0; g < nu / 8; ++g) {
+        for (int64_t u = 8 * g; u < 8 * g + 8; ++u) {
+            __m512i B[8];
+            load_units(P, u, B);
+            sink.template kunit<kQ6>(u, B, _mm512_load_si512(P.sc + 32 * u), _mm512_load_si512(P.sc + 32 * u + 16),
+                                     _mm512_load_si512(P.pair + 16 * u));
+        }
+        sink.template kgroup<kQ6>(g, _mm512_load_ps(P.d + 16 * g), _mm512_load_ps(P.m + 16 * g));
+    }
+    for (int c = 0; c < C; ++c) acc[c] = sink.acc[c];
+}
 
 template <int C>
 void replay_rows(GGMLType t, const uint8_t* panel, size_t panel_bytes, int64_t nu, const ActPack& a,

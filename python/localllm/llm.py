@@ -108,9 +108,12 @@ class LLM:
         n_blocks = (kv_blocks or -(-n_ctx // kv_block_size)) + 1          # + the null block
         # The model first: it names an unsupported architecture before anything else fails.
         self._model = _core.Model(str(self.model_path), self.n_threads, n_blocks, kv_block_size)
-        meta = self.gguf.metadata
+        # Metadata through a throw-away reader: its Python dict (the whole vocabulary as strings,
+        # tens of MB for a 262k-token model) is not kept once the tokenizer is built.
+        meta = GGUFFile(str(self.model_path)).metadata
         self.tokenizer = Tokenizer.from_gguf_metadata(meta)
         self.chat_template: str | None = meta.get("tokenizer.chat_template")
+        del meta
         self._engine = Engine(self._model, self.tokenizer, n_ctx, max_batch_tokens=n_batch,
                               max_running=max_running)
         self._pool = self._engine.pool
