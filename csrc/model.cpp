@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 #include <algorithm>
@@ -13,7 +14,7 @@
 
 namespace lll {
 
-Model::Model(const std::string& path, int n_threads, int64_t kv_blocks, int kv_block_size) {
+Model::Model(const std::string& path, int n_threads, int64_t kv_blocks, int kv_block_size) : path_(path) {
     file_ = GGUFFile::open(path);
     const std::string arch = file_->get_string("general.architecture");
     arch_ = find_arch(arch);
@@ -51,6 +52,17 @@ void Model::repack_layer_weights() {
         total += (repacked_bytes(w->type, w->ne1, w->ne0) + 63) / 64 * 64;
     }
     if (chosen.empty()) return;
+    // Token lookups then read their rows with pread: through the mapping, each lookup of a
+    // scattered row maps a whole page-cache folio (about 1 MB here), and a long prompt would pull
+    // back into memory the table that repacking released (it is the output matrix when tied).
+    const GGUFTensor* emb = file_->tensor("token_embd.weight");
+    embd_fd_ = open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+    if (emb && embd_fd_ >= 0) {
+        embd_offset_ = emb->file_offset;
+        const uintptr_t lo = ((uintptr_t)emb->data + page - 1) / page * page;
+        const uintptr_t hi = ((uintptr_t)emb->data + emb->nbytes) / page * page;
+        if (hi > lo) madvise((void*)lo, hi - lo, MADV_DONTNEED);
+    }
     repacked_ = std::make_unique<HugeBuffer>(total);
     // Slices of rows, each released from memory as soon as it is repacked: the old and new copies
     // of a large matrix (a 170 MB tied embedding) never sit in memory together.
@@ -95,6 +107,27 @@ WeightRef Model::weight(const std::string& name, int64_t ne0, int64_t ne1, bool 
     return w;
 }
 
+Model::~Model() {
+    if (embd_fd_ >= 0) close(embd_fd_);
+}
+
+void Model::embed_tokens_pread(const int32_t* tokens, int64_t T, float* out) {
+    const WeightRef& e = w_.tok_embd;
+    std::vector<uint8_t> row(e.row_bytes);
+    for (int64_t t = 0; t < T; ++t) {
+        const int32_t id = tokens[t];
+        if (id < 0 || id >= e.ne1)
+            throw std::out_of_range("token id " + std::to_string(id) + " out of range [0, " + std::to_string(e.ne1) + ")");
+        const off_t at = (off_t)(embd_offset_ + (uint64_t)id * e.row_bytes);
+        for (size_t done = 0; done < e.row_bytes;) {
+            const ssize_t n = pread(embd_fd_, row.data() + done, e.row_bytes - done, at + (off_t)done);
+            if (n <= 0) throw std::runtime_error("reading token_embd.weight row " + std::to_string(id) + " failed");
+            done += (size_t)n;
+        }
+        dequantize_row(e.type, row.data(), out + t * e.ne0, e.ne0);
+    }
+}
+
 void Model::reserve_scratch(int64_t T) {
     if (T <= scratch_T_) return;
     const int64_t q_width = (int64_t)hp_.n_head * hp_.head_dim;
@@ -123,7 +156,8 @@ void Model::forward(const Batch& b, float* logits) {
     const int64_t T = b.n_tokens, D = hp_.n_embd;
     reserve_scratch(std::max<int64_t>(T, b.n_out));
     float* x = s.x.data();                                   // [T, D] residual stream
-    embed_tokens(w_.tok_embd, b.tokens, T, x);
+    if (embd_fd_ >= 0) embed_tokens_pread(b.tokens, T, x);
+    else embed_tokens(w_.tok_embd, b.tokens, T, x);
     if (hp_.embd_scale != 1.0f) scale_inplace(x, hp_.embd_scale, T * D);
     for (int il = 0; il < hp_.n_layer; ++il) arch_->layer_forward(*this, il, x, T, b);
     float* h = s.h.data();                                   // [n_out, D] rows wanted

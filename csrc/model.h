@@ -75,6 +75,9 @@ std::string supported_archs();                         // "gemma3, llama, qwen2"
 class Model {
 public:
     Model(const std::string& path, int n_threads, int64_t kv_blocks, int kv_block_size);
+    ~Model();
+    Model(const Model&) = delete;
+    Model& operator=(const Model&) = delete;
     const HParams& hparams() const { return hp_; }
     const GGUFFile& file() const { return *file_; }
     std::shared_ptr<GGUFFile> file_ptr() const { return file_; }
@@ -105,6 +108,10 @@ private:
     std::unique_ptr<KVCache> kv_;
     std::unique_ptr<HugeBuffer> repacked_;   // the repacked matrices, one arena
     void repack_layer_weights();
+    std::string path_;
+    int embd_fd_ = -1;                        // >= 0: token rows are read with pread (see .cpp)
+    uint64_t embd_offset_ = 0;
+    void embed_tokens_pread(const int32_t* tokens, int64_t T, float* out);
     Isa isa_;
     int64_t scratch_T_ = 0;
 };
