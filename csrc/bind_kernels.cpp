@@ -22,6 +22,7 @@
 #include "attention.h"
 #include "kv_cache.h"
 #include "matmul.h"
+#include "ops.h"
 #include "quants/bseq.h"
 #include "quants.h"
 #include "quants/dot_impl.h"
@@ -159,6 +160,20 @@ py::array_t<float> matmul_repacked_py(const py::array& w, int wtype, int64_t N, 
         lll::matmul_q_repacked(sp.pool, t, r.data(), N, K, xq.data(), M, yp, N);
     }
     return y;
+}
+
+// GEGLU (gelu(gate) * up) through the model's path (SIMD where compiled) or its scalar reference.
+py::array_t<float> geglu_py(const F32Array& gate, const F32Array& up, bool reference) {
+    if (gate.size() != up.size()) throw std::invalid_argument("geglu: gate and up differ in size");
+    py::array_t<float> out(gate.size());
+    float* o = out.mutable_data();
+    if (reference) lll::geglu_reference(gate.data(), up.data(), o, gate.size());
+    else {
+        SharedPool& sp = shared_pool(2);
+        std::lock_guard<std::mutex> lock(sp.busy);
+        lll::geglu(sp.pool, gate.data(), up.data(), o, gate.size());
+    }
+    return out;
 }
 
 double thread_cpu_seconds() {
@@ -311,6 +326,8 @@ void register_kernels(py::module_& m) {
     m.def("matmul_repacked", &matmul_repacked_py, py::arg("w"), py::arg("wtype"), py::arg("N"), py::arg("K"),
           py::arg("x"), py::arg("n_threads") = 2,
           "matmul with the weight first repacked into 16-row panels (bit-identical to matmul at the best ISA).");
+    m.def("geglu", &geglu_py, py::arg("gate"), py::arg("up"), py::arg("reference") = false,
+          "gelu(gate) * up as the model computes it (F16 GELU table), or through the scalar reference.");
     m.def("amx_available", &lll::bseq::amx_available,
           "AMX tiles usable (CPU, OS permission, not disabled by LOCALLLM_NO_AMX=1): prompt GEMMs use them.");
     m.def("best_isa", [] { return static_cast<int>(lll::best_isa()); },

@@ -30,6 +30,8 @@ void rope(ThreadPool& pool, float* x, int64_t T, int n_heads, int head_dim, cons
 void swiglu(ThreadPool& pool, const float* gate, const float* up, float* out, int64_t n);
 // out[i] = gelu_tanh(gate[i]) * up[i], through an f16 table of GELU as ggml does (GGML_GELU_FP16).
 void geglu(ThreadPool& pool, const float* gate, const float* up, float* out, int64_t n);
+// The scalar loop geglu's SIMD path is held to (tests).
+void geglu_reference(const float* gate, const float* up, float* out, int64_t n);
 
 // y[i] += x[i]
 void add_inplace(float* y, const float* x, int64_t n);

@@ -483,3 +483,18 @@ def test_read_bandwidth_positive() -> None:
     assert _core.read_bandwidth(1 << 24, 2, 1) > 0.1
     with pytest.raises(ValueError):
         _core.read_bandwidth(1000, 2, 1)
+
+
+def test_geglu_simd_matches_scalar_reference() -> None:
+    """The GEGLU of gemma3's FFN (F16 GELU table, clamps at +-10): the SIMD path bit for bit."""
+    rng = np.random.default_rng(5)
+    gate = np.concatenate([
+        rng.standard_normal(10_000).astype(np.float32) * 4,
+        np.array([-10, 10, -10.0001, 9.9999, 0, -0.0, 6e-8, -6e-8, 3e-5, 65504, -1e30, 1e30], np.float32),
+        (rng.standard_normal(1003) * 1e-6).astype(np.float32),          # f16 subnormals
+    ])
+    up = rng.standard_normal(gate.size).astype(np.float32)
+    ref = _core.geglu(gate, up, reference=True)
+    assert np.array_equal(_core.geglu(gate, up), ref)
+    assert ref[gate <= -10].tolist() == [0.0] * int((gate <= -10).sum())
+    np.testing.assert_array_equal(ref[gate >= 10], (gate * up)[gate >= 10])
