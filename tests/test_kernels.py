@@ -498,3 +498,19 @@ def test_geglu_simd_matches_scalar_reference() -> None:
     assert np.array_equal(_core.geglu(gate, up), ref)
     assert ref[gate <= -10].tolist() == [0.0] * int((gate <= -10).sum())
     np.testing.assert_array_equal(ref[gate >= 10], (gate * up)[gate >= 10])
+
+
+@pytest.mark.parametrize("t", [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K], ids=lambda t: t.name)
+def test_repacked_weights_give_identical_results(t: T) -> None:
+    """Weights repacked at load (16-row panels) multiply bit for bit like the GGUF rows: for one
+    row (decode), a few rows, and blocks of 16+ rows (panel GEMM / AMX), N not a multiple of 16."""
+    rng = np.random.default_rng(int(t) + 400)
+    k = 768
+    for n, m in ((37, 1), (64, 2), (45, 5), (33, 17), (16, 40)):
+        w = make_weights(t, n, k, rng)
+        x = make_acts(m, k, rng)
+        try:
+            got = _core.matmul_repacked(w, int(t), n, k, x, 2)
+        except ValueError as e:
+            pytest.skip(f"no repacking on this CPU: {e}")
+        assert np.array_equal(got, _core.matmul(w, int(t), n, k, x, 2)), f"N={n} M={m}"
