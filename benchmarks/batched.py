@@ -36,21 +36,9 @@ import sys
 import time
 from pathlib import Path
 
-VENV = Path(os.environ.get("LOCALLLM_BENCH_VENV", Path.home() / ".cache" / "localllm" / "bench-venv"))
-LLAMA_CPP_PYTHON = "llama-cpp-python==0.3.36"
-DEFAULT_MODELS = ["smollm2-135m-q4_1", "gemma3-270m-q4_k_m", "qwen2.5-coder-0.5b-q4_k_m"]
+from llamacpp_venv import DEFAULT_MODELS, ensure_venv
+
 BLOCK = 16
-
-
-def ensure_venv() -> Path:
-    py = VENV / "bin" / "python"
-    probe = subprocess.run([str(py), "-c", "import llama_cpp"], capture_output=True) if py.exists() else None
-    if probe is None or probe.returncode != 0:
-        print(f"building {LLAMA_CPP_PYTHON} into {VENV} (compiles llama.cpp; several minutes)", file=sys.stderr)
-        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
-        subprocess.run([str(py), "-m", "pip", "install", "-q", LLAMA_CPP_PYTHON], check=True)
-    return py
-
 
 def prompts_for(n: int, length: int, n_vocab: int, seed: int) -> list[list[int]]:
     rng = random.Random(seed)

@@ -3,7 +3,6 @@ fresh process of the llama-cpp-python cache venv (built by benchmarks/compare_ll
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +12,7 @@ for sub in ("python", "cli", "convert", "tests"):
     if str(REPO / sub) not in sys.path:
         sys.path.insert(0, str(REPO / sub))
 
-VENV = Path(os.environ.get("LOCALLLM_BENCH_VENV", Path.home() / ".cache" / "localllm" / "bench-venv"))
+from llamacpp_venv import VENV  # noqa: E402
 
 # LLAMA_FTYPE ids of the presets compared
 FTYPES = {"q4_0": 2, "q4_1": 3, "q8_0": 7, "q5_0": 8, "q5_1": 9, "q4_k_s": 14, "q4_k_m": 15,

@@ -109,20 +109,27 @@ float vec_dot_py(int wtype, const py::array& w, const py::array& x, int64_t n, i
     return fn(n, wb.data(), xb.data());
 }
 
+// The checks shared by the matmul entry points: N rows of raw weight blocks, x of shape [M, K].
+U8Array checked_weights(const char* what, const lll::TypeTraits& wt, const py::array& w, int64_t N, int64_t K,
+                        const F32Array& x) {
+    if (N <= 0) throw std::invalid_argument(std::string(what) + ": N must be > 0");
+    U8Array wb = raw_bytes(w, "w");
+    const int64_t wrb = row_bytes(wt, K);
+    if (wb.size() != N * wrb)
+        throw std::invalid_argument(std::string(what) + ": w has " + std::to_string(wb.size()) +
+                                    " bytes, expected N * row_bytes = " + std::to_string(N) + " * " + std::to_string(wrb));
+    if (x.ndim() != 2 || x.shape(1) != K)
+        throw std::invalid_argument(std::string(what) + ": x must have shape [M, K] with K = " + std::to_string(K));
+    return wb;
+}
+
 py::array_t<float> matmul_py(const py::array& w, int wtype, int64_t N, int64_t K, const F32Array& x,
                              int n_threads, int isa) {
     const lll::TypeTraits& wt = traits_from_int(wtype);
     const Isa level = isa_from_int(isa, true);
     if (!lll::vec_dot_fn(static_cast<GGMLType>(wtype), level))
         throw std::invalid_argument(std::string("matmul: no dot product for weight type ") + wt.name);
-    if (N <= 0) throw std::invalid_argument("matmul: N must be > 0");
-    const U8Array wb = raw_bytes(w, "w");
-    const int64_t wrb = row_bytes(wt, K);
-    if (wb.size() != N * wrb)
-        throw std::invalid_argument("matmul: w has " + std::to_string(wb.size()) + " bytes, expected N * row_bytes = " +
-                                    std::to_string(N) + " * " + std::to_string(wrb));
-    if (x.ndim() != 2 || x.shape(1) != K)
-        throw std::invalid_argument("matmul: x must have shape [M, K] with K = " + std::to_string(K));
+    const U8Array wb = checked_weights("matmul", wt, w, N, K, x);
     const int64_t M = x.shape(0);
     SharedPool& sp = shared_pool(n_threads);
     py::array_t<float> y({M, N});
@@ -142,10 +149,7 @@ py::array_t<float> matmul_repacked_py(const py::array& w, int wtype, int64_t N, 
     const lll::TypeTraits& wt = traits_from_int(wtype);
     if (!lll::can_repack(t, lll::best_isa()))
         throw std::invalid_argument(std::string("matmul_repacked: ") + wt.name + " is not repacked on this CPU");
-    const U8Array wb = raw_bytes(w, "w");
-    const int64_t wrb = row_bytes(wt, K);
-    if (N <= 0 || wb.size() != N * wrb) throw std::invalid_argument("matmul_repacked: w must be N rows of row_bytes");
-    if (x.ndim() != 2 || x.shape(1) != K) throw std::invalid_argument("matmul_repacked: x must be [M, K]");
+    const U8Array wb = checked_weights("matmul_repacked", wt, w, N, K, x);
     const int64_t M = x.shape(0);
     SharedPool& sp = shared_pool(n_threads);
     py::array_t<float> y({M, N});

@@ -146,7 +146,7 @@ void pack_k4(const S& R, int64_t nu, Sink& P) {   // Q4_K, Q5_K
                 }
                 __m512i sc, mn;
                 k4_scales(a0, a1, a2, j, &sc, &mn);
-                P.template kunit<false>(u, B, sc, sc, _mm512_or_si512(mn, _mm512_slli_epi32(mn, 16)));
+                P.template kunit<false>(u, B, sc, sc, int16_pair(mn, mn));
             }
         }
         const __m512i dm = R.gather(base);
@@ -180,10 +180,9 @@ void pack_q6_K(const S& R, int64_t nu, Sink& P) {
                 __m512i sc[2];
                 for (int k = 0; k < 2; ++k) {      // int8 scale of sub-block 2 (u % 8) + k, sign-extended
                     const int sb = 2 * (4 * half + quarter) + k;
-                    sc[k] = _mm512_srai_epi32(_mm512_slli_epi32(s[sb / 4], 24 - 8 * (sb % 4)), 24);
+                    sc[k] = q6_scale(s, sb);
                 }
-                const __m512i pair = _mm512_or_si512(_mm512_and_si512(sc[0], _mm512_set1_epi32(0xFFFF)),
-                                                     _mm512_slli_epi32(sc[1], 16));
+                const __m512i pair = int16_pair(sc[0], sc[1]);
                 P.template kunit<true>(u, B, sc[0], sc[1], pair);
             }
         }

@@ -204,18 +204,17 @@ __m512 direct_kquant(const Rows& R, int64_t nu, const ActPack& a, int64_t m) {
                     __m512i sc[2];
                     for (int h = 0; h < 2; ++h) {
                         const int sb = 2 * j + h;
-                        sc[h] = _mm512_srai_epi32(_mm512_slli_epi32(s4[sb / 4], 24 - 8 * (sb % 4)), 24);
+                        sc[h] = q6_scale(s4, sb);
                     }
                     isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(sc[0], f[2 * k]));
                     isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(sc[1], f[2 * k + 1]));
-                    const __m512i pair = _mm512_or_si512(_mm512_and_si512(sc[0], _mm512_set1_epi32(0xFFFF)),
-                                                         _mm512_slli_epi32(sc[1], 16));
+                    const __m512i pair = int16_pair(sc[0], sc[1]);
                     aux = _mm512_dpwssd_epi32(aux, pair, _mm512_set1_epi32(bs));
                 } else {
                     __m512i sc, mn;
                     k4_scales(s4[0], s4[1], s4[2], j, &sc, &mn);
                     isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(sc, f[k]));
-                    aux = _mm512_dpwssd_epi32(aux, _mm512_or_si512(mn, _mm512_slli_epi32(mn, 16)), _mm512_set1_epi32(bs));
+                    aux = _mm512_dpwssd_epi32(aux, int16_pair(mn, mn), _mm512_set1_epi32(bs));
                 }
             }
         }

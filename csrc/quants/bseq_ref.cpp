@@ -142,10 +142,8 @@ size_t align64(size_t b) { return (b + 63) & ~(size_t)63; }
 
 size_t act_pack_bytes(GGMLType t, int64_t M, int64_t K) {
     const int64_t nu = K / 32, ng = is_kquant(t) ? K / QK_K : nu;
-    size_t b = align64((size_t)(M * K)) + align64((size_t)(M * ng) * 4);
-    if (is_kquant(t)) b += align64((size_t)(M * nu) * 4);
-    else b += align64((size_t)(M * nu) * 4);     // s or bias
-    return b + 64;
+    // quants, d per group, one 4-byte value per unit (bsum pair, s or bias), alignment slack
+    return align64((size_t)(M * K)) + align64((size_t)(M * ng) * 4) + align64((size_t)(M * nu) * 4) + 64;
 }
 
 void act_pack_init(GGMLType t, int64_t M, int64_t K, void* buf, ActPack* ap) {

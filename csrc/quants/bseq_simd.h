@@ -77,6 +77,17 @@ inline void k4_scales(__m512i a0, __m512i a1, __m512i a2, int j, __m512i* sc, __
     }
 }
 
+// Q6_K: the int8 scale of sub-block sb (0..15) for 16 rows, sign-extended; s[0..3]: the 16
+// scale bytes of each row as 4 gathered dwords.
+inline __m512i q6_scale(const __m512i* s, int sb) {
+    return _mm512_srai_epi32(_mm512_slli_epi32(s[sb / 4], 24 - 8 * (sb % 4)), 24);
+}
+
+// Lanes of int16 pairs (lo, hi) for vpdpwssd.
+inline __m512i int16_pair(__m512i lo, __m512i hi) {
+    return _mm512_or_si512(_mm512_and_si512(lo, _mm512_set1_epi32(0xFFFF)), _mm512_slli_epi32(hi, 16));
+}
+
 inline __m512i bcast4(const int8_t* p) {
     int32_t v;
     memcpy(&v, p, 4);
