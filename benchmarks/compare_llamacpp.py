@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import statistics
 import subprocess
@@ -101,7 +102,10 @@ def worker_localllm(path: str, threads: int, n_prompt: int, n_gen: int) -> dict:
 def run_worker(python: str, engine: str, path: str, args) -> dict:
     cmd = [python, __file__, "--worker", engine, "--path", path, "-t", str(args.threads),
            "-p", str(args.n_prompt), "-n", str(args.n_gen)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    # numpy's OpenBLAS threads (both engines import numpy) spin on the cores the engine uses, at
+    # startup and after any BLAS call; localllm turns them off itself, llama-cpp-python does not.
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"{engine} worker failed on {path}:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -52,6 +52,7 @@ void Model::repack_layer_weights() {
         total += (repacked_bytes(w->type, w->ne1, w->ne0) + 63) / 64 * 64;
     }
     if (chosen.empty()) return;
+    copy_vector_weights();
     // Token lookups then read their rows with pread: through the mapping, each lookup of a
     // scattered row maps a whole page-cache folio (about 1 MB here), and a long prompt would pull
     // back into memory the table that repacking released (it is the output matrix when tied).
@@ -80,6 +81,29 @@ void Model::repack_layer_weights() {
         }
         w->data = dst;
         w->repacked = true;
+    }
+}
+
+// Norm weights and biases are copied out of the mapping once their neighbours' file pages are
+// dropped: touching one would map back the whole page-cache folio around it (24 MB of RSS over
+// SmolLM2's 61 norm vectors in one forward). They are a few hundred KB in all.
+void Model::copy_vector_weights() {
+    std::vector<WeightRef*> vecs{&w_.output_norm};
+    for (LayerWeights& L : w_.layers)
+        for (WeightRef* w : {&L.attn_norm, &L.bq, &L.bk, &L.bv, &L.q_norm, &L.k_norm,
+                             &L.attn_post_norm, &L.ffn_norm, &L.ffn_post_norm})
+            vecs.push_back(w);
+    size_t total = 0;   // floats
+    for (const WeightRef* w : vecs)
+        if (w->present()) total += (size_t)(w->ne0 * w->ne1);
+    vector_copies_.resize(total);
+    float* dst = vector_copies_.data();
+    for (WeightRef* w : vecs) {
+        if (!w->present()) continue;
+        const size_t n = (size_t)(w->ne0 * w->ne1);
+        memcpy(dst, w->data, n * sizeof(float));   // weight() checked: vectors are F32
+        w->data = reinterpret_cast<const uint8_t*>(dst);
+        dst += n;
     }
 }
 

@@ -108,6 +108,8 @@ private:
     std::unique_ptr<KVCache> kv_;
     std::unique_ptr<HugeBuffer> repacked_;   // the repacked matrices, one arena
     void repack_layer_weights();
+    std::vector<float> vector_copies_;       // norm weights and biases, out of the mapping
+    void copy_vector_weights();
     std::string path_;
     int embd_fd_ = -1;                        // >= 0: token rows are read with pread (see .cpp)
     uint64_t embd_offset_ = 0;

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -106,20 +107,50 @@ class LLM:
         if kv_blocks is not None and kv_blocks < 1:
             raise ValueError(f"kv_blocks must be >= 1, got {kv_blocks}")
         n_blocks = (kv_blocks or -(-n_ctx // kv_block_size)) + 1          # + the null block
-        # The model first: it names an unsupported architecture before anything else fails.
-        self._model = _core.Model(str(self.model_path), self.n_threads, n_blocks, kv_block_size)
-        # Metadata through a throw-away reader: its Python dict (the whole vocabulary as strings,
-        # tens of MB for a 262k-token model) is not kept once the tokenizer is built.
-        meta = GGUFFile(str(self.model_path)).metadata
-        self.tokenizer = Tokenizer.from_gguf_metadata(meta)
-        self.chat_template: str | None = meta.get("tokenizer.chat_template")
-        del meta
+        self._model, self.tokenizer, self.chat_template = self._load_model_and_tokenizer(
+            n_blocks, kv_block_size)
         self._engine = Engine(self._model, self.tokenizer, n_ctx, max_batch_tokens=n_batch,
                               max_running=max_running)
         self._pool = self._engine.pool
         self.hparams: dict = self._model.hparams
         self.n_vocab: int = self.hparams["n_vocab"]
         self.load_time = time.perf_counter() - t0
+
+    def _load_model_and_tokenizer(self, n_blocks: int, kv_block_size: int
+                                  ) -> tuple[_core.Model, Tokenizer, str | None]:
+        """The C++ model (weights mapped and repacked, GIL released) loads on a second thread
+        while this one builds the tokenizer: the two take similar time (a 151k-merge BPE is
+        about 0.5 s of Python and Rust), so the load costs the longer of them, not the sum."""
+        loaded: dict = {}
+
+        def load_model() -> None:
+            try:
+                loaded["model"] = _core.Model(str(self.model_path), self.n_threads, n_blocks,
+                                              kv_block_size)
+            except BaseException as e:  # re-raised on the caller's thread below
+                loaded["error"] = e
+
+        loader = threading.Thread(target=load_model, name="localllm-load", daemon=True)
+        loader.start()
+        try:
+            # Metadata through a throw-away reader: its Python dict (the whole vocabulary as
+            # strings, tens of MB for a 262k-token model) is not kept once the tokenizer is built.
+            meta = GGUFFile(str(self.model_path)).metadata
+            tokenizer = Tokenizer.from_gguf_metadata(meta)
+            template = meta.get("tokenizer.chat_template")
+            del meta
+        except Exception as e:
+            tokenizer_error: Exception | None = e
+        else:
+            tokenizer_error = None
+        loader.join()
+        # The model's error first: it names an unsupported architecture, or a file that is not
+        # a GGUF, before the tokenizer's consequences of the same fault.
+        if "error" in loaded:
+            raise loaded["error"]
+        if tokenizer_error is not None:
+            raise tokenizer_error
+        return loaded["model"], tokenizer, template
 
     # ---- tokens ----
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
