@@ -47,18 +47,7 @@ bool attention_avx512_available() {
 #endif
 }
 
-float attention_exp(float x) {
-    using namespace attn_detail;
-    if (!(x >= kExpMin)) return 0.0f;                         // also -inf (masked keys) and NaN
-    const float n = std::fma(x, kLog2e, kRoundMagic) - kRoundMagic;   // round(x * log2e), exact
-    float r = std::fma(n, -kLn2Hi, x);
-    r = std::fma(n, -kLn2Lo, r);
-    float y = kExpPoly[0];
-    for (int i = 1; i < 6; ++i) y = std::fma(y, r, kExpPoly[i]);
-    y = std::fma(y, r, 1.0f);
-    y = std::fma(y, r, 1.0f);
-    return y * bits_to_f32((uint32_t)((int32_t)n + 127) << 23);      // * 2^n, n in [-126, 0]
-}
+float attention_exp(float x) { return exp_nonpositive(x); }
 
 namespace {
 

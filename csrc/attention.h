@@ -10,6 +10,7 @@
 #include "kv_cache.h"
 #include "model.h"
 #include "threadpool.h"
+#include "exp_approx.h"
 
 namespace lll {
 
@@ -59,16 +60,6 @@ struct Chunk {
 inline int32_t first_visible(int32_t pos, int window) {
     return window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
 }
-
-// Exp constants: n = round(x / ln2), r = x - n*ln2 (two-part ln2), exp(r) by a degree-7 form
-// 1 + r*(1 + r*p(r)) with Cephes' expf minimax coefficients, times 2^n. x below kExpMin gives 0.
-constexpr float kExpMin = -87.3f;              // x * log2e >= -126: 2^n stays a normal float
-constexpr float kLog2e = 1.44269504088896341f;
-constexpr float kRoundMagic = 12582912.0f;     // 1.5 * 2^23: adding it rounds to an integer
-constexpr float kLn2Hi = 0.693359375f;
-constexpr float kLn2Lo = -2.12194440e-4f;
-constexpr float kExpPoly[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
-                               4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
 
 // Fixed reduction tree of the kTile double lanes: halves added pairwise, 16 -> 8 -> 4 -> 2 -> 1.
 inline double sum_lanes(const double* lanes) {

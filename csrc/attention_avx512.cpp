@@ -41,21 +41,6 @@ inline __m512 round_f16(__m512 x) {
     return _mm512_cvtph_ps(_mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
 
-// 16 lanes of attention_exp (same operations; see there).
-inline __m512 exp16(__m512 x) {
-    const __m512 n = _mm512_sub_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(kLog2e), _mm512_set1_ps(kRoundMagic)),
-                                   _mm512_set1_ps(kRoundMagic));
-    __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-kLn2Hi), x);
-    r = _mm512_fmadd_ps(n, _mm512_set1_ps(-kLn2Lo), r);
-    __m512 y = _mm512_set1_ps(kExpPoly[0]);
-    for (int i = 1; i < 6; ++i) y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(kExpPoly[i]));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f));
-    const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-    y = _mm512_mul_ps(y, _mm512_castsi512_ps(e));
-    return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(kExpMin), _CMP_GE_OQ), y);
-}
-
 // In-register transpose of a 16x16 f32 matrix (row i = r[i]).
 inline void transpose16(__m512 r[16]) {
     __m512 t[16], u[16];
@@ -192,7 +177,7 @@ void softmax_row(float* s, int n_tiles) {
     const __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(m));
     __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();   // lanes 0-7, 8-15
     for (int k = 0; k < n_tiles; ++k) {
-        const __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(s + 16 * k), mx));
+        const __m512 e = exp_nonpositive16(_mm512_sub_ps(_mm512_loadu_ps(s + 16 * k), mx));
         _mm512_storeu_ps(s + 16 * k, e);
         lo = _mm512_add_pd(lo, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
         hi = _mm512_add_pd(hi, _mm512_cvtps_pd(_mm512_extractf32x8_ps(e, 1)));

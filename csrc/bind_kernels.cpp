@@ -166,16 +166,20 @@ py::array_t<float> matmul_repacked_py(const py::array& w, int wtype, int64_t N, 
     return y;
 }
 
-// GEGLU (gelu(gate) * up) through the model's path (SIMD where compiled) or its scalar reference.
-py::array_t<float> geglu_py(const F32Array& gate, const F32Array& up, bool reference) {
-    if (gate.size() != up.size()) throw std::invalid_argument("geglu: gate and up differ in size");
+// A gated activation (act(gate) * up) through the model's path (SIMD where compiled) or its
+// scalar reference.
+using GluFn = void (*)(lll::ThreadPool&, const float*, const float*, float*, int64_t);
+using GluRefFn = void (*)(const float*, const float*, float*, int64_t);
+py::array_t<float> glu_py(GluFn fast, GluRefFn ref, const char* name, const F32Array& gate,
+                          const F32Array& up, bool reference) {
+    if (gate.size() != up.size()) throw std::invalid_argument(std::string(name) + ": gate and up differ in size");
     py::array_t<float> out(gate.size());
     float* o = out.mutable_data();
-    if (reference) lll::geglu_reference(gate.data(), up.data(), o, gate.size());
+    if (reference) ref(gate.data(), up.data(), o, gate.size());
     else {
         SharedPool& sp = shared_pool(2);
         std::lock_guard<std::mutex> lock(sp.busy);
-        lll::geglu(sp.pool, gate.data(), up.data(), o, gate.size());
+        fast(sp.pool, gate.data(), up.data(), o, gate.size());
     }
     return out;
 }
@@ -330,8 +334,21 @@ void register_kernels(py::module_& m) {
     m.def("matmul_repacked", &matmul_repacked_py, py::arg("w"), py::arg("wtype"), py::arg("N"), py::arg("K"),
           py::arg("x"), py::arg("n_threads") = 2,
           "matmul with the weight first repacked into 16-row panels (bit-identical to matmul at the best ISA).");
-    m.def("geglu", &geglu_py, py::arg("gate"), py::arg("up"), py::arg("reference") = false,
+    m.def("geglu", [](const F32Array& g, const F32Array& u, bool reference) {
+              return glu_py(lll::geglu, lll::geglu_reference, "geglu", g, u, reference);
+          }, py::arg("gate"), py::arg("up"), py::arg("reference") = false,
           "gelu(gate) * up as the model computes it (F16 GELU table), or through the scalar reference.");
+    m.def("rms_norm", [](const F32Array& x, const F32Array& w, float eps, bool reference) {
+              if (x.size() != w.size()) throw std::invalid_argument("rms_norm: x and w differ in size");
+              py::array_t<float> y(x.size());
+              (reference ? lll::rms_norm_reference : lll::rms_norm)(x.data(), w.data(), y.mutable_data(), x.size(), eps);
+              return y;
+          }, py::arg("x"), py::arg("w"), py::arg("eps"), py::arg("reference") = false,
+          "x / sqrt(mean(x^2) + eps) * w as the model computes it, or through the scalar reference.");
+    m.def("swiglu", [](const F32Array& g, const F32Array& u, bool reference) {
+              return glu_py(lll::swiglu, lll::swiglu_reference, "swiglu", g, u, reference);
+          }, py::arg("gate"), py::arg("up"), py::arg("reference") = false,
+          "silu(gate) * up as the model computes it, or through the scalar reference.");
     m.def("amx_available", &lll::bseq::amx_available,
           "AMX tiles usable (CPU, OS permission, not disabled by LOCALLLM_NO_AMX=1): prompt GEMMs use them.");
     m.def("best_isa", [] { return static_cast<int>(lll::best_isa()); },

@@ -1,5 +1,5 @@
 // ops.cpp — see ops.h. Mostly scalar code (these ops are a few percent of a step; matmul
-// dominates); GEGLU has an AVX-512 path held bit-exact to its scalar loop.
+// dominates); RMSNorm, SwiGLU and GEGLU have AVX-512 paths held bit-exact to their scalar loops.
 #include "ops.h"
 #if defined(__AVX512F__) && defined(__F16C__)
 #include <immintrin.h>
@@ -10,21 +10,68 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
+#include "exp_approx.h"
 #include "fp16.h"
 #include "quants.h"
 
 namespace lll {
 
-void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps) {
-    double sum = 0.0;
-    for (int64_t i = 0; i < n; ++i) sum += (double)(x[i] * x[i]);
-    const float mean = (float)(sum / n);
-    const float scale = 1.0f / sqrtf(mean + eps);
-    if (w) {
-        for (int64_t i = 0; i < n; ++i) y[i] = (x[i] * scale) * w[i];
-    } else {
-        for (int64_t i = 0; i < n; ++i) y[i] = x[i] * scale;
+// Sum of squares in double as ggml does it (each square rounded to float, then added in double),
+// in 16 lanes (lane = i % 16, halves added pairwise 16 -> 8 -> 4 -> 2 -> 1), then the tail in
+// order: the scalar loop is the reference of the AVX-512 one, bit for bit. Against ggml's one
+// sequential double sum, the order moves the double result by ulps of a double, which reach the
+// float mean only when it lies within 2^-29 of a rounding boundary.
+static double sum_lanes16(double* lanes) {
+    for (int w = 8; w >= 1; w /= 2)
+        for (int i = 0; i < w; ++i) lanes[i] = lanes[i] + lanes[i + w];
+    return lanes[0];
+}
+
+static double sum_squares(const float* x, int64_t n, bool simd) {
+    double lanes[16] = {0};
+    int64_t i = 0;
+#if defined(__AVX512F__)
+    if (simd) {
+        __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
+        for (; i + 16 <= n; i += 16) {
+            const __m512 v = _mm512_loadu_ps(x + i);
+            const __m512 sq = _mm512_mul_ps(v, v);
+            lo = _mm512_add_pd(lo, _mm512_cvtps_pd(_mm512_castps512_ps256(sq)));
+            hi = _mm512_add_pd(hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(sq), 1))));
+        }
+        _mm512_storeu_pd(lanes, lo);
+        _mm512_storeu_pd(lanes + 8, hi);
     }
+#endif
+    for (; i + 16 <= n; i += 16)
+        for (int j = 0; j < 16; ++j) lanes[j] += (double)(x[i + j] * x[i + j]);
+    double sum = sum_lanes16(lanes);
+    for (; i < n; ++i) sum += (double)(x[i] * x[i]);
+    return sum;
+}
+
+static void rms_norm_impl(const float* x, const float* w, float* y, int64_t n, float eps, bool simd) {
+    const float mean = (float)(sum_squares(x, n, simd) / n);
+    const float scale = 1.0f / sqrtf(mean + eps);
+    int64_t i = 0;
+#if defined(__AVX512F__)
+    if (simd) {
+        const __m512 sc = _mm512_set1_ps(scale);
+        for (; i + 16 <= n; i += 16) {
+            const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + i), sc);
+            _mm512_storeu_ps(y + i, w ? _mm512_mul_ps(v, _mm512_loadu_ps(w + i)) : v);
+        }
+    }
+#endif
+    for (; i < n; ++i) y[i] = w ? (x[i] * scale) * w[i] : x[i] * scale;
+}
+
+void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps) {
+    rms_norm_impl(x, w, y, n, eps, true);
+}
+
+void rms_norm_reference(const float* x, const float* w, float* y, int64_t n, float eps) {
+    rms_norm_impl(x, w, y, n, eps, false);
 }
 
 static void rope_rows(float* x, int64_t t0, int64_t t1, int n_heads, int head_dim,
@@ -85,13 +132,43 @@ static void rope_rows(float* x, int64_t t0, int64_t t1, int n_heads, int head_di
     }
 }
 
+// out = silu(gate) * up with silu(g) = g / (1 + exp(-g)) as ggml writes it for g >= 0, and
+// g*e / (1 + e) with e = exp(g) below: exp(-|g|) <= 1 never overflows. The scalar reference, from
+// element i0 on; the AVX-512 loop does the same operations 16 lanes at a time.
+static void swiglu_scalar(const float* gate, const float* up, float* out, int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+        const float g = gate[i];
+        const float e = exp_nonpositive(-fabsf(g));
+        out[i] = (g >= 0.0f ? g : g * e) / (1.0f + e) * up[i];
+    }
+}
+
+#if defined(__AVX512F__)
+static int64_t swiglu_avx512(const float* gate, const float* up, float* out, int64_t i0, int64_t i1) {
+    const __m512 one = _mm512_set1_ps(1.0f);
+    int64_t i = i0;
+    for (; i + 16 <= i1; i += 16) {
+        const __m512 g = _mm512_loadu_ps(gate + i);
+        const __m512 e = exp_nonpositive16(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_abs_ps(g)));
+        const __m512 num = _mm512_mask_mov_ps(_mm512_mul_ps(g, e), _mm512_cmp_ps_mask(g, _mm512_setzero_ps(), _CMP_GE_OQ), g);
+        const __m512 silu = _mm512_div_ps(num, _mm512_add_ps(one, e));
+        _mm512_storeu_ps(out + i, _mm512_mul_ps(silu, _mm512_loadu_ps(up + i)));
+    }
+    return i;
+}
+#endif
+
 void swiglu(ThreadPool& pool, const float* gate, const float* up, float* out, int64_t n) {
-    parallel_rows(pool, n, 16, [&](int64_t i0, int64_t i1) {
-        for (int64_t i = i0; i < i1; ++i) {
-            const float g = gate[i];
-            out[i] = g / (1.0f + expf(-g)) * up[i];
-        }
+    parallel_rows(pool, n, 4, [&](int64_t i0, int64_t i1) {
+#if defined(__AVX512F__)
+        i0 = swiglu_avx512(gate, up, out, i0, i1);
+#endif
+        swiglu_scalar(gate, up, out, i0, i1);
     });
+}
+
+void swiglu_reference(const float* gate, const float* up, float* out, int64_t n) {
+    swiglu_scalar(gate, up, out, 0, n);
 }
 
 static float gelu_tanh(float x) {

@@ -16,6 +16,8 @@ void parallel_rows(ThreadPool& pool, int64_t rows, int64_t cost_per_row,
 
 // y[n] = x / sqrt(mean(x^2) + eps) * w  (w may be null). Sum of squares in double, as ggml.
 void rms_norm(const float* x, const float* w, float* y, int64_t n, float eps);
+// The scalar loop rms_norm's SIMD path is held to (tests).
+void rms_norm_reference(const float* x, const float* w, float* y, int64_t n, float eps);
 // rms_norm on each of `rows` rows of n (in place allowed), rows split across the pool.
 void rms_norm_rows(ThreadPool& pool, const float* x, const float* w, float* y, int64_t rows, int64_t n,
                    float eps);
@@ -26,8 +28,10 @@ void rms_norm_rows(ThreadPool& pool, const float* x, const float* w, float* y, i
 void rope(ThreadPool& pool, float* x, int64_t T, int n_heads, int head_dim, const int32_t* positions, int rope_dims,
           float base, RopeStyle style);
 
-// out[i] = silu(gate[i]) * up[i]
+// out[i] = silu(gate[i]) * up[i], silu through exp_approx.h's exp
 void swiglu(ThreadPool& pool, const float* gate, const float* up, float* out, int64_t n);
+// The scalar loop swiglu's SIMD path is held to (tests).
+void swiglu_reference(const float* gate, const float* up, float* out, int64_t n);
 // out[i] = gelu_tanh(gate[i]) * up[i], through an f16 table of GELU as ggml does (GGML_GELU_FP16).
 void geglu(ThreadPool& pool, const float* gate, const float* up, float* out, int64_t n);
 // The scalar loop geglu's SIMD path is held to (tests).

@@ -485,6 +485,38 @@ def test_read_bandwidth_positive() -> None:
         _core.read_bandwidth(1000, 2, 1)
 
 
+@pytest.mark.parametrize("n", [1, 15, 16, 17, 256, 576, 640, 896, 1000])
+def test_rms_norm_simd_matches_scalar_reference(n: int) -> None:
+    """RMSNorm (every architecture, every layer): the SIMD path bit for bit, and the float64 value."""
+    rng = np.random.default_rng(n)
+    x = (rng.standard_normal(n) * rng.choice([1e-3, 1.0, 30.0], n)).astype(np.float32)
+    w = rng.standard_normal(n).astype(np.float32)
+    ref = _core.rms_norm(x, w, 1e-6, reference=True)
+    assert np.array_equal(_core.rms_norm(x, w, 1e-6), ref)
+    x64 = x.astype(np.float64)
+    exact = x64 / np.sqrt(np.mean(x64 * x64) + 1e-6) * w
+    np.testing.assert_allclose(ref, exact, rtol=1e-6, atol=1e-7 * np.abs(exact).max())
+
+
+def test_swiglu_simd_matches_scalar_reference_and_silu() -> None:
+    """SwiGLU (llama, qwen2 FFN): the SIMD path bit for bit, and silu within float rounding."""
+    rng = np.random.default_rng(6)
+    gate = np.concatenate([
+        rng.standard_normal(10_000).astype(np.float32) * 6,
+        np.array([0, -0.0, 1e-30, -1e-30, 80, -80, 87.3, -87.3, 88, -88, 100, -100, 1e30, -1e30,
+                  np.inf, -np.inf], np.float32),
+    ])
+    up = rng.standard_normal(gate.size).astype(np.float32)
+    ref = _core.swiglu(gate, up, reference=True)
+    assert np.array_equal(_core.swiglu(gate, up), ref, equal_nan=True)     # silu(-inf) is NaN
+    g = gate.astype(np.float64)
+    with np.errstate(over="ignore"):
+        exact = g / (1 + np.exp(-g)) * up
+    finite = np.isfinite(gate)
+    np.testing.assert_allclose(ref[finite], exact[finite], rtol=2e-6, atol=1e-35)  # exp underflows to 0 below -87.3
+    assert ref[gate == np.inf].tolist() == (up[gate == np.inf] * np.inf).tolist()
+
+
 def test_geglu_simd_matches_scalar_reference() -> None:
     """The GEGLU of gemma3's FFN (F16 GELU table, clamps at +-10): the SIMD path bit for bit."""
     rng = np.random.default_rng(5)
