@@ -84,24 +84,16 @@ __device__ inline void q4k_scale_min(int j, const uint8_t* q, uint8_t& sc, uint8
     }
 }
 
-__global__ void k_q4_K(const block_q4_K* b, float* y, int64_t n_groups) {
-    const int64_t g = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-    if (g >= n_groups) return;
-    const block_q4_K& blk = b[g / 8];
-    const int sub = (int)(g % 8);
-    uint8_t sc, m;
-    q4k_scale_min(sub, blk.scales, sc, m);
-    const float d = fp16_to_f32(blk.d) * sc, mn = fp16_to_f32(blk.dmin) * m;
-    const uint8_t* q = blk.qs + 32 * (sub / 2);
-    const int shift = (sub % 2) * 4;
-    for (int l = 0; l < 32; ++l) y[g * 32 + l] = d * ((q[l] >> shift) & 0x0f) - mn;
-}
+// The 5th bit of element l of sub-block `sub`: none in Q4_K, bit `sub` of qh[l] in Q5_K.
+__device__ inline int k_high_bit(const block_q4_K&, int, int) { return 0; }
+__device__ inline int k_high_bit(const block_q5_K& blk, int sub, int l) { return ((blk.qh[l] >> sub) & 1) << 4; }
 
-// Q5_K: as Q4_K, plus bit `sub` of qh[l] as the 5th bit of element l of sub-block `sub`.
-__global__ void k_q5_K(const block_q5_K* b, float* y, int64_t n_groups) {
+// Q4_K and Q5_K: 6-bit scale and min per sub-block, 4 low bits per weight (+ Q5_K's 5th bit).
+template <class Block>
+__global__ void k_q45_K(const Block* b, float* y, int64_t n_groups) {
     const int64_t g = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (g >= n_groups) return;
-    const block_q5_K& blk = b[g / 8];
+    const Block& blk = b[g / 8];
     const int sub = (int)(g % 8);
     uint8_t sc, m;
     q4k_scale_min(sub, blk.scales, sc, m);
@@ -109,7 +101,7 @@ __global__ void k_q5_K(const block_q5_K* b, float* y, int64_t n_groups) {
     const uint8_t* q = blk.qs + 32 * (sub / 2);
     const int shift = (sub % 2) * 4;
     for (int l = 0; l < 32; ++l) {
-        const int v = ((q[l] >> shift) & 0x0f) | (((blk.qh[l] >> sub) & 1) << 4);
+        const int v = ((q[l] >> shift) & 0x0f) | k_high_bit(blk, sub, l);
         y[g * 32 + l] = d * v - mn;
     }
 }
@@ -190,8 +182,8 @@ void dequantize(GGMLType type, const void* host_src, float* host_dst, int64_t n)
         case GGMLType::Q4_1: k_q4_1<<<grid, threads>>>((const block_q4_1*)d_src, d_dst, groups); break;
         case GGMLType::Q5_0: k_q5_0<<<grid, threads>>>((const block_q5_0*)d_src, d_dst, groups); break;
         case GGMLType::Q5_1: k_q5_1<<<grid, threads>>>((const block_q5_1*)d_src, d_dst, groups); break;
-        case GGMLType::Q4_K: k_q4_K<<<grid, threads>>>((const block_q4_K*)d_src, d_dst, groups); break;
-        case GGMLType::Q5_K: k_q5_K<<<grid, threads>>>((const block_q5_K*)d_src, d_dst, groups); break;
+        case GGMLType::Q4_K: k_q45_K<<<grid, threads>>>((const block_q4_K*)d_src, d_dst, groups); break;
+        case GGMLType::Q5_K: k_q45_K<<<grid, threads>>>((const block_q5_K*)d_src, d_dst, groups); break;
         case GGMLType::Q6_K: k_q6_K<<<grid, threads>>>((const block_q6_K*)d_src, d_dst, groups); break;
         case GGMLType::F16: k_f16<<<grid, threads>>>((const fp16_t*)d_src, d_dst, groups); break;
         default: k_bf16<<<grid, threads>>>((const uint16_t*)d_src, d_dst, groups); break;
