@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include <algorithm>
+#include <atomic>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -87,11 +88,17 @@ void matmul_bseq(ThreadPool& pool, GGMLType wtype, const uint8_t* w, int64_t wrb
     });
     static const bool amx = bseq::amx_available();
     const int64_t panels = (N + bseq::kPanel - 1) / bseq::kPanel;
+    // Threads take runs of panels from a shared counter rather than a fixed half each: on a
+    // shared machine one thread often runs slower, and a fixed split left the other spinning at
+    // the barrier (10% of a decode step). Which thread computes a panel changes no bit of it.
+    std::atomic<int64_t> next_panel{0};
     run_maybe_parallel(pool, N * K * M >= kSerialWork && panels >= 2, [&](int ith, int nth) {
-        const int64_t p0 = panels * ith / nth, p1 = panels * (ith + 1) / nth;
-        if (p0 < p1)
+        const int64_t run = std::max<int64_t>(2, panels / (8 * nth));
+        for (int64_t p0; (p0 = next_panel.fetch_add(run, std::memory_order_relaxed)) < panels;) {
+            const int64_t p1 = std::min(panels, p0 + run);
             bseq::matmul_avx512(wtype, w, (size_t)wrb, N, p0 * bseq::kPanel,
                                 std::min(N, p1 * bseq::kPanel), ap, Y, ldy, amx, repacked);
+        }
     });
 }
 
