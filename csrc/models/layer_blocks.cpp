@@ -1,6 +1,7 @@
 // layer_blocks.cpp — see layer_blocks.h.
 #include "layer_blocks.h"
 #include <math.h>
+#include <initializer_list>
 #include <stdexcept>
 #include "../attention.h"
 #include "../matmul.h"
@@ -8,13 +9,43 @@
 
 namespace lll {
 
-void linear(Model& m, const WeightRef& w, const float* x, int64_t T, float* y, const WeightRef* bias) {
-    const GGMLType vdt = type_traits(w.type)->vec_dot_type;
-    void* xq = m.s.xq.data();
-    quantize_activations(m.pool(), vdt, x, T, w.ne0, xq, m.isa());
+namespace {
+struct LinearOut {
+    const WeightRef* w;
+    float* y;                 // [T, w->ne1]
+    const WeightRef* bias;    // or null
+};
+}  // namespace
+
+// y = x . w^T with x already quantized to w's activation type.
+static void linear_quantized(Model& m, const WeightRef& w, const void* xq, int64_t T, float* y,
+                             const WeightRef* bias) {
     if (w.repacked) matmul_q_repacked(m.pool(), w.type, w.data, w.ne1, w.ne0, xq, T, y, w.ne1);
     else matmul_q(m.pool(), w.type, w.data, w.ne1, w.ne0, xq, T, y, w.ne1, m.isa());
     if (bias && bias->present()) add_bias_rows(y, bias->f32(), T, w.ne1);
+}
+
+void linear(Model& m, const WeightRef& w, const float* x, int64_t T, float* y, const WeightRef* bias) {
+    void* xq = m.s.xq.data();
+    quantize_activations(m.pool(), type_traits(w.type)->vec_dot_type, x, T, w.ne0, xq, m.isa());
+    linear_quantized(m, w, xq, T, y, bias);
+}
+
+// Several matrices applied to the same x (q/k/v, gate/up): x is quantized once for each run of
+// matrices that share an activation type, not once per matrix.
+static void linear_same_input(Model& m, std::initializer_list<LinearOut> outs, const float* x, int64_t T) {
+    void* xq = m.s.xq.data();
+    bool quantized = false;
+    GGMLType quantized_as = GGMLType::F32;
+    for (const LinearOut& o : outs) {
+        const GGMLType vdt = type_traits(o.w->type)->vec_dot_type;
+        if (!quantized || vdt != quantized_as) {
+            quantize_activations(m.pool(), vdt, x, T, o.w->ne0, xq, m.isa());
+            quantized = true;
+            quantized_as = vdt;
+        }
+        linear_quantized(m, *o.w, xq, T, o.y, o.bias);
+    }
 }
 
 void attention_block(Model& m, int il, const float* h, int64_t T, const Batch& b, float* out) {
@@ -24,9 +55,7 @@ void attention_block(Model& m, int il, const float* h, int64_t T, const Batch& b
     float* q = m.s.q.data();                          // [T, n_head, hd]
     float* k = m.s.k.data();                          // [T, n_head_kv, hd]
     float* v = m.s.v.data();                          // [T, n_head_kv, hd]
-    linear(m, L.wq, h, T, q, &L.bq);
-    linear(m, L.wk, h, T, k, &L.bk);
-    linear(m, L.wv, h, T, v, &L.bv);
+    linear_same_input(m, {{&L.wq, q, &L.bq}, {&L.wk, k, &L.bk}, {&L.wv, v, &L.bv}}, h, T);
     if (L.q_norm.present()) rms_norm_rows(m.pool(), q, L.q_norm.f32(), q, T * hp.n_head, hd, hp.norm_eps);
     if (L.k_norm.present()) rms_norm_rows(m.pool(), k, L.k_norm.f32(), k, T * hp.n_head_kv, hd, hp.norm_eps);
     const bool swa = hp.n_swa > 0 && hp.layer_is_swa[il];
@@ -45,8 +74,7 @@ void ffn_block(Model& m, int il, const float* h, int64_t T, float* out, FFNAct a
     const LayerWeights& L = m.weights().layers[il];
     float* gate = m.s.gate.data();                    // [T, n_ff]
     float* up = m.s.up.data();                        // [T, n_ff]
-    linear(m, L.w_gate, h, T, gate);
-    linear(m, L.w_up, h, T, up);
+    linear_same_input(m, {{&L.w_gate, gate, nullptr}, {&L.w_up, up, nullptr}}, h, T);
     const int64_t n = T * m.hparams().n_ff;
     if (act == FFNAct::SiLU) swiglu(m.pool(), gate, up, gate, n);
     else geglu(m.pool(), gate, up, gate, n);
