@@ -7,8 +7,10 @@ with the project's GGUF reader (held to gguf-py's by tests/test_gguf.py).
 from __future__ import annotations
 
 import functools
+import gc
 import json
 import time
+import tracemalloc
 from typing import Any
 
 import numpy as np
@@ -192,6 +194,48 @@ def test_load_time(shared_dir, model_key):
     print(f"{model_key}: n_vocab {tok.n_vocab}, {cpu:.3f} s CPU, {wall:.3f} s wall")
     assert cpu < TIME_BOUND_S
     assert tok.n_vocab == len(meta["tokenizer.ggml.tokens"])
+
+
+# Python-heap MB a built tokenizer may keep (tracemalloc; the Rust BPE model is not counted).
+# Texts are UTF-8 (packed into one buffer for BPE), attributes and scores typed arrays; only
+# Gemma's SPM lookup table has objects per token (bytes keys, int ids: ~28 MB of the 33).
+KEPT_MB = {"smollm2-135m-q4_1": 2, "gemma3-270m-q4_k_m": 36, "qwen2.5-coder-0.5b-q4_k_m": 6}
+
+
+@pytest.mark.parametrize("model_key", MODEL_KEYS)
+def test_python_memory_kept(shared_dir, model_key):
+    """No per-token Python objects beyond the SPM table: a str per token (~80 B), a float
+    score list or a Python copy of the BPE vocabulary would break the bound."""
+    meta = metadata(model_key)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        tok = Tokenizer.from_gguf_metadata(meta)
+        kept = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    print(f"{model_key}: n_vocab {tok.n_vocab}, {kept / 2**20:.1f} MB of Python objects kept")
+    assert kept < KEPT_MB[model_key] * 2**20
+
+
+@pytest.mark.parametrize("model_key", MODEL_KEYS)
+def test_token_text_and_id_round_trip(shared_dir, model_key):
+    """token_id inverts token_text (texts are held as UTF-8); other texts give None."""
+    tok = tokenizer(model_key)
+    for tid in range(0, tok.n_vocab, 97):
+        assert tok.token_id(tok.token_text(tid)) == tid
+    assert tok.token_id("no such token") is None
+    assert tok.token_id("\udc80") is None  # a lone surrogate is no (UTF-8) token text
+
+
+def test_unusable_and_repeated_merges_are_skipped():
+    """A merge naming text outside the vocabulary, or repeating an earlier one, changes nothing."""
+    meta = metadata("smollm2-135m-q4_1")
+    merges = list(meta["tokenizer.ggml.merges"])
+    odd = {**meta, "tokenizer.ggml.merges": merges[:100] + ["zzqq xxyy", merges[5]] + merges[100:]}
+    text = CORPUS.read_text(encoding="utf-8")[:3000]
+    assert Tokenizer.from_gguf_metadata(odd).encode(text) == \
+        tokenizer("smollm2-135m-q4_1").encode(text)
 
 
 def test_numpy_arrays_accepted():

@@ -14,10 +14,12 @@ asks for them.  Decoding follows ``llama_detokenize`` / ``llama_token_to_piece``
 """
 from __future__ import annotations
 
+import ctypes
+import sys
 from collections.abc import Iterable, Mapping
 from typing import Any, Union
 
-from .tokenizer_bpe import BpeMerger, parse_merges
+from .tokenizer_bpe import BpeMerger
 from .tokenizer_pretok import UNICODE_TO_BYTE, bytes_to_unicode_text, split_words
 from .tokenizer_spm import SpmEncoder
 from .tokenizer_vocab import TokenAttr, VocabData, load_vocab
@@ -25,6 +27,7 @@ from .tokenizer_vocab import TokenAttr, VocabData, load_vocab
 __all__ = ["Tokenizer", "StreamDecoder", "TokenAttr"]
 
 _SPACE_ESCAPE = "\u2581"  # SentencePiece's visible space
+_SPACE_ESCAPE_UTF8 = _SPACE_ESCAPE.encode("utf-8")
 _C_SPACES = " \t\n\v\f\r"  # what C's isspace() accepts (llama.cpp's lstrip/rstrip)
 _RENDERED_SPECIAL = TokenAttr.CONTROL | TokenAttr.UNKNOWN
 Fragment = Union[int, tuple[int, int]]  # a token id, or a (start, end) range of raw text
@@ -43,14 +46,12 @@ class Tokenizer:
         self._attrs = vocab.attrs
         self._piece_cache: dict[int, bytes] = {}
         self._candidates: dict[bool, list[tuple[int, str, int]]] = {}
-        self._byte_ids: list[int | None] | None = None
         self._spm: SpmEncoder | None = None
         self._bpe: BpeMerger | None = None
-        if vocab.model == "llama":
-            self._spm = SpmEncoder(vocab.token_to_id, vocab.scores, self._byte_token)
+        if isinstance(vocab.encoder, SpmEncoder):
+            self._spm = vocab.encoder
         else:
-            self._bpe = BpeMerger(vocab.token_to_id, parse_merges(vocab.merges),
-                                  vocab.pre_spec.ignore_merges)
+            self._bpe = vocab.encoder
         self.chat_template: str | None = None
 
     @classmethod
@@ -59,6 +60,7 @@ class Tokenizer:
         if not isinstance(meta, Mapping):
             raise TypeError(f"meta must be a mapping of GGUF keys, got {type(meta).__name__}")
         tok = cls(load_vocab(meta))
+        _return_free_heap_pages()
         template = meta.get("tokenizer.chat_template")
         if isinstance(template, (bytes, bytearray)):
             template = bytes(template).decode("utf-8")
@@ -119,12 +121,12 @@ class Tokenizer:
     @property
     def bos_token(self) -> str:
         """Text of the BOS token ('' if none), e.g. for chat templates."""
-        return self._tokens[self.bos_id] if self.bos_id is not None else ""
+        return self._text(self.bos_id) if self.bos_id is not None else ""
 
     @property
     def eos_token(self) -> str:
         """Text of the EOS token ('' if none), e.g. for chat templates."""
-        return self._tokens[self.eos_id] if self.eos_id is not None else ""
+        return self._text(self.eos_id) if self.eos_id is not None else ""
 
     def is_eog(self, token_id: int) -> bool:
         """True if ``token_id`` ends generation."""
@@ -132,7 +134,10 @@ class Tokenizer:
 
     def token_text(self, token_id: int) -> str:
         """The raw vocabulary string of a token (byte-level / U+2581 spelling as stored)."""
-        return self._tokens[self._check_id(token_id)]
+        return self._text(self._check_id(token_id))
+
+    def _text(self, token_id: int) -> str:
+        return self._tokens[token_id].decode("utf-8", "surrogatepass")
 
     def token_attr(self, token_id: int) -> TokenAttr:
         """llama.cpp's attribute bits for a token (after its text-based fix-ups)."""
@@ -140,7 +145,7 @@ class Tokenizer:
 
     def token_id(self, text: str) -> int | None:
         """Id of the token whose vocabulary string is exactly ``text``, else None."""
-        return self._v.token_to_id.get(text)
+        return self._v.token_id(text)
 
     # --- encoding --------------------------------------------------------------------------
     def encode(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
@@ -204,7 +209,7 @@ class Tokenizer:
         cached = self._candidates.get(parse_special)
         if cached is None:
             skip = 0 if parse_special else int(_RENDERED_SPECIAL)
-            cached = [(tid, self._tokens[tid], self._attrs[tid])
+            cached = [(tid, self._text(tid), self._attrs[tid])
                       for tid in self._v.special_cache if not self._attrs[tid] & skip]
             self._candidates[parse_special] = cached
         return cached
@@ -232,18 +237,6 @@ class Tokenizer:
                     start += 1
             if start >= end:
                 return
-
-    def _byte_token(self, byte: int) -> int:
-        """Id of the <0xNN> token (or the one-character token) for a raw byte (SPM fallback)."""
-        if self._byte_ids is None:
-            lookup = self._v.token_to_id.get
-            self._byte_ids = [lookup(f"<0x{b:02X}>", lookup(chr(b)) if b < 128 else None)
-                              for b in range(256)]
-        tid = self._byte_ids[byte]
-        if tid is None:
-            raise ValueError(f"vocabulary has no byte token for 0x{byte:02X} "
-                             "(needed for a character outside the vocabulary)")
-        return tid
 
     # --- decoding --------------------------------------------------------------------------
     def _check_id(self, token_id: int) -> int:
@@ -274,15 +267,15 @@ class Tokenizer:
     def _piece(self, token_id: int) -> bytes:
         """llama_token_to_piece(special=True) for one token, uncached."""
         attr = self._attrs[token_id]
-        text = self._tokens[token_id]
+        utf8 = self._tokens[token_id]
         if attr & (_RENDERED_SPECIAL | TokenAttr.USER_DEFINED):
-            return text.encode("utf-8", "surrogatepass")
+            return utf8
         if attr & TokenAttr.NORMAL:
             if self._v.model == "llama":
-                return text.replace(_SPACE_ESCAPE, " ").encode("utf-8", "surrogatepass")
-            return _byte_level_decode(text)
+                return utf8.replace(_SPACE_ESCAPE_UTF8, b" ")
+            return _byte_level_decode(utf8.decode("utf-8", "surrogatepass"))
         if attr & TokenAttr.BYTE:
-            return bytes([int(text[3:5], 16)])
+            return bytes([int(self._text(token_id)[3:5], 16)])
         return b""  # unused / undefined tokens render as nothing
 
     def decode_bytes(self, ids: Iterable[int], skip_special: bool = False) -> bytes:
@@ -307,6 +300,21 @@ class Tokenizer:
         Invalid UTF-8 (a multi-byte character cut by the id list) becomes U+FFFD.
         """
         return self.decode_bytes(ids, skip_special).decode("utf-8", "replace")
+
+
+def _return_free_heap_pages() -> None:
+    """Give the pages of freed malloc chunks back to the OS (glibc's malloc_trim; else no-op).
+
+    Building the vocabulary allocates and frees tens of MB of short-lived chunks (the Rust BPE
+    model's build tables, Python list and dict buffers) in between long-lived ones; glibc keeps
+    such holes resident, and only trims the top of its heaps by itself.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):  # a libc other than glibc (musl has no malloc_trim)
+        pass
 
 
 def _byte_level_decode(text: str) -> bytes:

@@ -1,22 +1,33 @@
 """Vocabulary metadata as llama.cpp's ``llama_vocab::impl::load`` interprets it.
 
-Reads the ``tokenizer.*`` GGUF keys into plain Python structures: token strings, scores,
-per-token attributes (llama.cpp's ``llama_token_attr`` bits), special ids, add-BOS/EOS flags,
-and the end-of-generation set, including llama.cpp's text-based fix-ups (tokens that look like
-end-of-turn markers are forced to CONTROL and join the EOG set).
+Reads the ``tokenizer.*`` GGUF keys into token texts, per-token attributes (llama.cpp's
+``llama_token_attr`` bits), special ids, add-BOS/EOS flags and the end-of-generation set,
+including llama.cpp's text-based fix-ups (tokens that look like end-of-turn markers are forced
+to CONTROL and join the EOG set), and builds the encoder (SPM or BPE) that owns text -> id.
+
+Memory: the vocabulary outlives the metadata dict, so it is held in few objects.  A Python str
+costs 50-90 bytes besides its text and an int 32, so the only per-token objects are the SPM
+lookup table's: texts are UTF-8 (shared with that table, or packed into one buffer for BPE,
+whose table lives in Rust), attributes and scores are typed arrays.  Short-lived per-token
+objects are kept few as well: CPython hands a 1 MiB arena of small objects back to the OS only
+once all of it is free, so one small object that stays (a dict, an IntFlag combination), made
+while short-lived ones fill the arenas, keeps a whole arena resident.
 """
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from array import array
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, Union
 
 import numpy as np
 
+from .tokenizer_bpe import BpeMerger
 from .tokenizer_pretok import PreTokenizerSpec, pre_tokenizer_spec
+from .tokenizer_spm import SpmEncoder
 
-__all__ = ["TokenAttr", "VocabData", "load_vocab"]
+__all__ = ["PackedTexts", "TokenAttr", "VocabData", "load_vocab"]
 
 
 class TokenAttr(enum.IntFlag):
@@ -34,6 +45,13 @@ class TokenAttr(enum.IntFlag):
     RSTRIP = 1 << 8
     SINGLE_WORD = 1 << 9
 
+
+# The bits as plain ints for the build's edits: an IntFlag result (attr | TokenAttr.CONTROL)
+# creates and keeps a pseudo-member object per new combination (see the module docstring).
+_NORMAL, _CONTROL = int(TokenAttr.NORMAL), int(TokenAttr.CONTROL)
+_USER_DEFINED, _LSTRIP, _RSTRIP = (int(TokenAttr.USER_DEFINED), int(TokenAttr.LSTRIP),
+                                   int(TokenAttr.RSTRIP))
+_SPECIAL_MASK = int(TokenAttr.CONTROL | TokenAttr.USER_DEFINED | TokenAttr.UNKNOWN)
 
 # GGUF token_type (0 undefined, 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte)
 _TYPE_TO_ATTR = np.array([0, TokenAttr.NORMAL, TokenAttr.UNKNOWN, TokenAttr.CONTROL,
@@ -81,25 +99,53 @@ _EOG_TEXTS = (
 _FORCED_USER_DEFINED = ("<|channel|>", "<|message|>", "<|start|>", "<|constrain|>")
 
 
+class PackedTexts(Sequence[bytes]):
+    """Token texts as one UTF-8 buffer plus start offsets: 2 objects, not one per token."""
+
+    __slots__ = ("_blob", "_starts")
+
+    def __init__(self, texts: Sequence[str]) -> None:
+        # No list of per-token bytes on the way (see the module docstring).
+        self._blob = "".join(texts).encode("utf-8", "surrogatepass")
+        if len(self._blob) > 0xFFFFFFFF:
+            raise ValueError("token texts exceed 4 GiB")
+        sizes = (len(t.encode("utf-8", "surrogatepass")) for t in texts)
+        ends = np.cumsum(np.fromiter(sizes, np.int64, len(texts)))
+        # array, not numpy: its items are plain ints, which slice bytes faster than numpy's
+        self._starts = array("I", np.concatenate(([0], ends)).astype(np.uint32).tobytes())
+
+    def __len__(self) -> int:
+        return len(self._starts) - 1
+
+    def __getitem__(self, i: int) -> bytes:  # type: ignore[override]
+        """UTF-8 text of token ``i`` (0 <= i < len; ids are range-checked by the caller)."""
+        return self._blob[self._starts[i]:self._starts[i + 1]]
+
+
+Encoder = Union[SpmEncoder, BpeMerger]
+
+
 @dataclass
 class VocabData:
     """Everything the tokenizer needs from the metadata, llama.cpp-normalised."""
 
     model: str                       # "llama" (SPM) or "gpt2" (BPE)
     pre: str
-    tokens: list[str]
-    token_to_id: dict[str, int]
-    scores: list[float]
-    attrs: list[int]                 # TokenAttr bits per id
+    tokens: Sequence[bytes]          # UTF-8 text per id (surrogatepass for lone surrogates)
+    attrs: array                     # TokenAttr bits per id ('H': all bits fit in 10)
     special: dict[str, int | None]   # bos, eos, eot, eom, unk, sep, pad, mask, fim_*
     add_bos: bool
     add_eos: bool
     add_space_prefix: bool
     clean_spaces: bool
     pre_spec: PreTokenizerSpec | None
-    merges: list[str] = field(default_factory=list)
+    encoder: Encoder                 # owns text -> id (SPM table or the Rust BPE model)
     eog_ids: frozenset[int] = frozenset()
     special_cache: list[int] = field(default_factory=list)  # matched longest first
+
+    def token_id(self, text: str) -> int | None:
+        """Id of the token whose text is exactly ``text`` (the first id if repeated)."""
+        return self.encoder.token_id(text)
 
 
 def _scalar(meta: Mapping[str, Any], key: str, default: Any = None) -> Any:
@@ -124,10 +170,14 @@ def _token_list(meta: Mapping[str, Any]) -> list[str]:
     raw = meta.get(_K + "tokens")
     if raw is None:
         raise ValueError("GGUF metadata has no tokenizer.ggml.tokens")
-    tokens = raw.tolist() if isinstance(raw, np.ndarray) else list(raw)
+    if isinstance(raw, np.ndarray):
+        tokens = raw.tolist()
+    else:  # the caller's list itself, only read (fixed up below in a copy)
+        tokens = raw if isinstance(raw, list) else list(raw)
     if not tokens:
         raise ValueError("tokenizer.ggml.tokens is empty")
     if set(map(type, tokens)) != {str}:
+        tokens = list(tokens)
         for i, t in enumerate(tokens):
             if isinstance(t, (bytes, bytearray)):
                 tokens[i] = bytes(t).decode("utf-8", "replace")
@@ -171,41 +221,44 @@ def _read_special_ids(meta: Mapping[str, Any], model: str, n: int,
     return special
 
 
-def _auto_detect_specials(special: dict[str, int | None], token_to_id: dict[str, int],
-                          attrs: list[int]) -> None:
+TokenLookup = Callable[[str], Union[int, None]]
+
+
+def _auto_detect_specials(special: dict[str, int | None], find: TokenLookup,
+                          attrs: array) -> None:
     """Fill unset EOT/EOM/FIM ids from well-known texts; such tokens become CONTROL."""
     for name, texts in _AUTO_DETECT.items():
         if special[name] is not None:
             continue
-        found = sorted(token_to_id[t] for t in texts if t in token_to_id)
+        found = sorted(tid for tid in map(find, texts) if tid is not None)
         if found:
             special[name] = found[0]
-            attrs[found[0]] |= TokenAttr.CONTROL
+            attrs[found[0]] |= _CONTROL
 
 
-def _end_of_generation(special: dict[str, int | None], token_to_id: dict[str, int],
-                       tokens: list[str], attrs: list[int]) -> frozenset[int]:
+def _end_of_generation(special: dict[str, int | None], find: TokenLookup,
+                       tokens: Sequence[bytes], attrs: array) -> frozenset[int]:
     """llama.cpp's special_eog_ids, with its fix-ups for gpt-oss and gemma4-style vocabularies."""
     eog: set[int] = {special[k] for k in ("fim_pad", "fim_rep", "fim_sep")
                      if special[k] is not None}
     for text in _EOG_TEXTS:
-        tid = token_to_id.get(text)
+        tid = find(text)
         if tid is not None:
             eog.add(tid)
-            attrs[tid] |= TokenAttr.CONTROL
+            attrs[tid] |= _CONTROL
     for text in _FORCED_USER_DEFINED:
-        tid = token_to_id.get(text)
+        tid = find(text)
         if tid is not None:
-            attrs[tid] = TokenAttr.USER_DEFINED
+            attrs[tid] = _USER_DEFINED
     eog.update(special[k] for k in ("eos", "eot", "eom") if special[k] is not None)
-    texts = {tokens[t]: t for t in eog}
+    texts = {tokens[t].decode("utf-8", "surrogatepass"): t for t in eog}
     has_call = "<|call|>" in texts or "<|calls|>" in texts
     if "<|end|>" in texts and has_call and ("<|return|>" in texts or "<|flush|>" in texts):
         eog.discard(texts["<|end|>"])
-        attrs[texts["<|end|>"]] = TokenAttr.USER_DEFINED
+        attrs[texts["<|end|>"]] = _USER_DEFINED
     if "<|tool_response>" in texts and "</s>" in texts:
         eog.discard(texts["</s>"])
-        attrs[texts["</s>"]] = TokenAttr.NORMAL
+        attrs[texts["</s>"]] = _NORMAL
     return frozenset(eog)
 
 
@@ -213,21 +266,52 @@ def _apply_name_fixups(meta: Mapping[str, Any], vd: VocabData) -> None:
     """llama.cpp's per-model LSTRIP/RSTRIP attributes (phi-3, jina-v2, modern-bert)."""
     name = str(_scalar(meta, "general.name", "") or "").lower()
     arch = str(_scalar(meta, "general.architecture", "") or "")
-    tid_of = vd.token_to_id.get
+    tid_of = vd.token_id
     if any(p in vd.pre for p in ("jina-v2-de", "jina-v2-es", "jina-v2-code")) or \
             arch in ("nomic-bert-moe", "jina-bert-v3"):
         if tid_of("<mask>") is not None:
-            vd.attrs[tid_of("<mask>")] |= TokenAttr.LSTRIP
+            vd.attrs[tid_of("<mask>")] |= _LSTRIP
     elif "phi-3" in name or "phi3" in name:
         for tid in vd.special_cache:
-            vd.attrs[tid] |= TokenAttr.RSTRIP
+            vd.attrs[tid] |= _RSTRIP
         if tid_of("</s>") is not None:
-            vd.attrs[tid_of("</s>")] |= TokenAttr.RSTRIP
+            vd.attrs[tid_of("</s>")] |= _RSTRIP
         for text in ("<unk>", "<s>", "<|endoftext|>"):
             if tid_of(text) is not None:
-                vd.attrs[tid_of(text)] &= ~TokenAttr.RSTRIP
+                vd.attrs[tid_of(text)] &= ~_RSTRIP
     elif "modern-bert" in name and tid_of("[MASK]") is not None:
-        vd.attrs[tid_of("[MASK]")] |= TokenAttr.LSTRIP
+        vd.attrs[tid_of("[MASK]")] |= _LSTRIP
+
+
+def _texts_and_encoder(meta: Mapping[str, Any], model: str, tokens: list[str],
+                       spec: PreTokenizerSpec | None) -> tuple[Sequence[bytes], Encoder]:
+    """Token texts as UTF-8, and the encoder holding the text -> id table (first id wins)."""
+    n = len(tokens)
+    if model == "llama":
+        # The SPM merge loop looks up every candidate pair: a dict keyed by the UTF-8 texts
+        # (bytes cost half a str), which id -> text shares.
+        utf8 = [t.encode("utf-8", "surrogatepass") for t in tokens]
+        token_ids = dict(zip(reversed(utf8), range(n - 1, -1, -1)))
+        scores = _number_array(meta, _K + "scores", n, np.float32)
+        return utf8, SpmEncoder(token_ids, np.zeros(n, np.float32) if scores is None else scores)
+    merges = meta.get(_K + "merges")
+    if merges is None:
+        raise ValueError("BPE (gpt2) tokenizer metadata has no tokenizer.ggml.merges")
+    if isinstance(merges, np.ndarray):
+        merges = merges.tolist()
+    # The str -> id dict only feeds the Rust model, which keeps its own table.
+    texts = PackedTexts(tokens)
+    token_ids = dict(zip(reversed(tokens), range(n - 1, -1, -1)))
+    return texts, BpeMerger(token_ids, merges, spec.ignore_merges)
+
+
+def _token_attrs(meta: Mapping[str, Any], n: int) -> array:
+    """TokenAttr bits per id from tokenizer.ggml.token_type (all NORMAL when absent)."""
+    types = _number_array(meta, _K + "token_type", n, np.int64)
+    if types is None:
+        return array("H", [_NORMAL]) * n
+    bits = _TYPE_TO_ATTR[np.where((types >= 0) & (types < 7), types, 0)]
+    return array("H", bits.astype(np.uint16).tobytes())
 
 
 def load_vocab(meta: Mapping[str, Any]) -> VocabData:
@@ -239,14 +323,6 @@ def load_vocab(meta: Mapping[str, Any]) -> VocabData:
     spec = pre_tokenizer_spec(pre) if model == "gpt2" else None
     tokens = _token_list(meta)
     n = len(tokens)
-    token_to_id = dict(zip(reversed(tokens), range(n - 1, -1, -1)))  # first id wins
-    scores_arr = _number_array(meta, _K + "scores", n, np.float32)
-    scores = scores_arr.tolist() if scores_arr is not None else [0.0] * n
-    types = _number_array(meta, _K + "token_type", n, np.int64)
-    if types is None:
-        attrs = [int(TokenAttr.NORMAL)] * n
-    else:
-        attrs = _TYPE_TO_ATTR[np.where((types >= 0) & (types < 7), types, 0)].tolist()
     special = _read_special_ids(meta, model, n, spec)
     if model == "llama":
         add_bos, add_space_prefix, clean_spaces = True, True, False
@@ -258,21 +334,15 @@ def load_vocab(meta: Mapping[str, Any]) -> VocabData:
     for flag, name, key in ((add_bos, "bos", "add_bos_token"), (add_eos, "eos", "add_eos_token")):
         if flag and special[name] is None:
             raise ValueError(f"{_K + key} is true, but {name} token id is not set")
-    merges: list[str] = []
-    if model == "gpt2":
-        raw_merges = meta.get(_K + "merges")
-        if raw_merges is None:
-            raise ValueError("BPE (gpt2) tokenizer metadata has no tokenizer.ggml.merges")
-        merges = raw_merges.tolist() if isinstance(raw_merges, np.ndarray) else list(raw_merges)
-    _auto_detect_specials(special, token_to_id, attrs)
-    eog = _end_of_generation(special, token_to_id, tokens, attrs)
-    special_mask = int(TokenAttr.CONTROL | TokenAttr.USER_DEFINED | TokenAttr.UNKNOWN)
-    candidates = np.flatnonzero(np.asarray(attrs, np.int64) & special_mask).tolist()
-    cache = sorted(candidates,
-                   key=lambda i: (-len(tokens[i].encode("utf-8", "surrogatepass")), i))
-    vd = VocabData(model=model, pre=pre, tokens=tokens, token_to_id=token_to_id, scores=scores,
-                   attrs=attrs, special=special, add_bos=add_bos, add_eos=add_eos,
-                   add_space_prefix=add_space_prefix, clean_spaces=clean_spaces, pre_spec=spec,
-                   merges=merges, eog_ids=eog, special_cache=cache)
+    attrs = _token_attrs(meta, n)
+    texts, encoder = _texts_and_encoder(meta, model, tokens, spec)
+    _auto_detect_specials(special, encoder.token_id, attrs)
+    eog = _end_of_generation(special, encoder.token_id, texts, attrs)
+    candidates = np.flatnonzero(np.frombuffer(attrs, np.uint16) & _SPECIAL_MASK).tolist()
+    cache = sorted(candidates, key=lambda i: (-len(texts[i]), i))
+    vd = VocabData(model=model, pre=pre, tokens=texts, attrs=attrs, special=special,
+                   add_bos=add_bos, add_eos=add_eos, add_space_prefix=add_space_prefix,
+                   clean_spaces=clean_spaces, pre_spec=spec, encoder=encoder, eog_ids=eog,
+                   special_cache=cache)
     _apply_name_fixups(meta, vd)
     return vd
