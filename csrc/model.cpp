@@ -39,9 +39,7 @@ Model::Model(const std::string& path, int n_threads, int64_t kv_blocks, int kv_b
 // rows, and faults back in only the pages of the tokens it looks up.
 void Model::repack_layer_weights() {
     const long page = sysconf(_SC_PAGESIZE);
-    std::vector<WeightRef*> todo{&w_.output};
-    for (LayerWeights& L : w_.layers)
-        for (WeightRef* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) todo.push_back(w);
+    const std::vector<WeightRef*> todo = matrices();
     std::vector<WeightRef*> chosen;
     std::vector<size_t> offset;
     size_t total = 0;
@@ -82,6 +80,13 @@ void Model::repack_layer_weights() {
         w->data = dst;
         w->repacked = true;
     }
+}
+
+std::vector<WeightRef*> Model::matrices() {
+    std::vector<WeightRef*> all{&w_.output};
+    for (LayerWeights& L : w_.layers)
+        for (WeightRef* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) all.push_back(w);
+    return all;
 }
 
 // Norm weights and biases are copied out of the mapping once their neighbours' file pages are
@@ -165,13 +170,15 @@ void Model::reserve_scratch(int64_t T) {
     s.attn.resize(T * q_width);
     s.gate.resize(T * hp_.n_ff);
     s.up.resize(T * hp_.n_ff);
-    s.tmp.resize(T * widest);
-    // Upper bound for any activation format: widths rounded up to the largest block (Q8_K's
-    // 256), since a model's widest row need not be a multiple of every format's block.
+    s.tmp.resize(T * hp_.n_embd);
+    // Room for the activation formats this model's matrices use (not every format: f32's is
+    // 4x Q8's, and a resized vector touches every page): widths rounded up to the largest
+    // block (Q8_K's 256), since a model's widest row need not be a multiple of every block.
     const int64_t widest_blocks = (widest + QK_K - 1) / QK_K * QK_K;
     size_t xq = 0;
-    for (GGMLType vt : {GGMLType::Q8_0, GGMLType::Q8_1, GGMLType::Q8_K, GGMLType::F16, GGMLType::F32})
-        xq = std::max(xq, act_buffer_bytes(vt, T, widest_blocks));
+    for (const WeightRef* w : matrices())
+        if (w->present())
+            xq = std::max(xq, act_buffer_bytes(type_traits(w->type)->vec_dot_type, T, widest_blocks));
     s.xq.resize(xq);
     scratch_T_ = T;
 }

@@ -108,6 +108,7 @@ private:
     std::unique_ptr<KVCache> kv_;
     std::unique_ptr<HugeBuffer> repacked_;   // the repacked matrices, one arena
     void repack_layer_weights();
+    std::vector<WeightRef*> matrices();      // every matrix multiplied: the output and the layers'
     std::vector<float> vector_copies_;       // norm weights and biases, out of the mapping
     void copy_vector_weights();
     std::string path_;

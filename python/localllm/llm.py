@@ -1,6 +1,7 @@
 """`LLM`: load a GGUF model and generate text with it (the library's main entry point)."""
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -99,7 +100,6 @@ class LLM:
         if n_batch < 1:
             raise ValueError(f"n_batch must be >= 1, got {n_batch}")
         self.model_path = Path(hub.resolve_model(model_path))
-        self.gguf = GGUFFile(str(self.model_path))
         self.n_threads = n_threads or default_threads()
         self.n_ctx = n_ctx
         self.n_batch = n_batch
@@ -151,6 +151,12 @@ class LLM:
         if tokenizer_error is not None:
             raise tokenizer_error
         return loaded["model"], tokenizer, template
+
+    @functools.cached_property
+    def gguf(self) -> GGUFFile:
+        """The file's GGUF reader (metadata, tensor table), opened on first use: kept open from
+        the start it held 3-8 MB of parsed metadata that generation never reads."""
+        return GGUFFile(str(self.model_path))
 
     # ---- tokens ----
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
