@@ -15,6 +15,7 @@ asks for them.  Decoding follows ``llama_detokenize`` / ``llama_token_to_piece``
 from __future__ import annotations
 
 import ctypes
+import gc
 import sys
 from collections.abc import Iterable, Mapping
 from typing import Any, Union
@@ -59,7 +60,15 @@ class Tokenizer:
         """Build from GGUF metadata (key -> value; arrays as lists or numpy arrays)."""
         if not isinstance(meta, Mapping):
             raise TypeError(f"meta must be a mapping of GGUF keys, got {type(meta).__name__}")
-        tok = cls(load_vocab(meta))
+        # Python's cyclic GC would run over and over on the hundreds of thousands of strings,
+        # tuples and lists made here (none forms a cycle); paused, the build is ~0.1 s faster.
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            tok = cls(load_vocab(meta))
+        finally:
+            if gc_was_enabled:
+                gc.enable()
         _return_free_heap_pages()
         template = meta.get("tokenizer.chat_template")
         if isinstance(template, (bytes, bytearray)):

@@ -106,13 +106,19 @@ class PackedTexts(Sequence[bytes]):
 
     def __init__(self, texts: Sequence[str]) -> None:
         # No list of per-token bytes on the way (see the module docstring).
-        self._blob = "".join(texts).encode("utf-8", "surrogatepass")
+        joined = "".join(texts)
+        self._blob = joined.encode("utf-8", "surrogatepass")
         if len(self._blob) > 0xFFFFFFFF:
             raise ValueError("token texts exceed 4 GiB")
-        sizes = (len(t.encode("utf-8", "surrogatepass")) for t in texts)
-        ends = np.cumsum(np.fromiter(sizes, np.int64, len(texts)))
+        # Each token's UTF-8 start from its code points' UTF-8 widths, in numpy rather than one
+        # encode per token (0.2 s for 151k tokens).
+        code_points = np.frombuffer(joined.encode("utf-32-le", "surrogatepass"), np.uint32)
+        widths = 1 + (code_points >= 0x80) + (code_points >= 0x800) + (code_points >= 0x10000)
+        utf8_offset = np.concatenate(([0], np.cumsum(widths, dtype=np.int64)))
+        cp_ends = np.cumsum(np.fromiter(map(len, texts), np.int64, len(texts)))
+        starts = utf8_offset[np.concatenate(([0], cp_ends))]
         # array, not numpy: its items are plain ints, which slice bytes faster than numpy's
-        self._starts = array("I", np.concatenate(([0], ends)).astype(np.uint32).tobytes())
+        self._starts = array("I", starts.astype(np.uint32).tobytes())
 
     def __len__(self) -> int:
         return len(self._starts) - 1
