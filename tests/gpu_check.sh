@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU check run on a lent CUDA machine (no network, no models): build with CUDA, then hold
 # the CUDA kernels to the CPU reference and run the CPU kernel tests on that machine's CPU too.
-# Writes the cmake and build logs under $OUT when set.
+# Writes the cmake and build logs under $OUT when set. The device has no gguf package: carry a
+# copy of it in build/pydeps (cp -r $(python3 -c 'import gguf,os;print(os.path.dirname(gguf.__file__))') build/pydeps/).
 OUT=${OUT:-/tmp}
 set -x
 nvidia-smi --query-gpu=name --format=csv,noheader
