@@ -196,7 +196,7 @@ def test_load_time(shared_dir, model_key):
     assert tok.n_vocab == len(meta["tokenizer.ggml.tokens"])
 
 
-# Python-heap MB a built tokenizer may keep (tracemalloc; the Rust BPE model is not counted).
+# Python-heap MB a built tokenizer may keep (tracemalloc; the C++ BPE table is not counted).
 # Texts are UTF-8 (packed into one buffer for BPE), attributes and scores typed arrays; only
 # Gemma's SPM lookup table has objects per token (bytes keys, int ids: ~28 MB of the 33).
 KEPT_MB = {"smollm2-135m-q4_1": 2, "gemma3-270m-q4_k_m": 36, "qwen2.5-coder-0.5b-q4_k_m": 6}
@@ -226,6 +226,54 @@ def test_token_text_and_id_round_trip(shared_dir, model_key):
         assert tok.token_id(tok.token_text(tid)) == tid
     assert tok.token_id("no such token") is None
     assert tok.token_id("\udc80") is None  # a lone surrogate is no (UTF-8) token text
+
+
+def test_bpe_merges_rules():
+    """llama.cpp's BPE rule on a toy vocabulary: lowest rank first, leftmost on ties, merged
+    symbols merge again, characters that are no token are dropped (byte-level vocabularies have
+    a token for every byte, so this never happens on real text), ignore_merges emits a
+    token word whole, a repeated merge keeps its first rank, an unusable one is skipped."""
+    from localllm import _core
+    tokens = ["a", "b", "c", "ab", "bc", "abc", "aa", "aaa", "é", "éa"]
+    merges = ["b c", "a b", "a bc", "ab c", "a a", "aa a", "b c", "x y", "é a", "nospace"]
+    bpe = _core.BpeMerges(tokens, merges, False)
+    assert bpe.n_merges == 6 + 1                       # "b c" once, "x y" and "nospace" skipped
+    ids = {t: i for i, t in enumerate(tokens)}
+    assert bpe.encode_words(["abc"]) == [ids["abc"]]   # b+c (rank 0) first, then a+bc
+    assert bpe.encode_words(["aaaa"]) == [ids["aa"], ids["aa"]]   # leftmost a+a first, twice
+    assert bpe.encode_words(["aaa"]) == [ids["aaa"]]
+    assert bpe.encode_words(["axc", "éa", "zz"]) == [ids["a"], ids["c"], ids["éa"]]
+    assert bpe.encode_words(["axb"]) == [ids["ab"]]   # as `tokenizers`: dropped, then adjacent
+    # 100k symbols in one word: no quadratic scan (the last a + a pair meets "aa a")
+    assert bpe.encode_words(["a" * 100_001]) == [ids["aa"]] * 49_999 + [ids["aaa"]]
+    assert _core.BpeMerges(tokens, merges, True).encode_words(["ab", "abab"]) == \
+        [ids["ab"], ids["ab"], ids["ab"]]
+    assert bpe.token_id("bc") == ids["bc"] and bpe.token_id("q") is None
+
+
+@pytest.mark.parametrize("model_key", ["smollm2-135m-q4_1", "qwen2.5-coder-0.5b-q4_k_m"])
+def test_bpe_merges_match_the_tokenizers_library(shared_dir, model_key):
+    """The C++ merges against an independent BPE (Hugging Face `tokenizers`) on the same
+    vocabulary: corpus words and random strings of the vocabulary's characters."""
+    from tokenizers import Tokenizer as HfTokenizer
+    from tokenizers import models
+    from localllm import _core
+    meta = metadata(model_key)
+    tokens, lines = list(meta["tokenizer.ggml.tokens"]), list(meta["tokenizer.ggml.merges"])
+    vocab = dict(zip(reversed(tokens), range(len(tokens) - 1, -1, -1)))
+    pairs = [tuple(line.split(" ", 1)) for line in dict.fromkeys(lines)]
+    hf = HfTokenizer(models.BPE(vocab=vocab, merges=pairs))
+    ours = _core.BpeMerges(tokens, lines, False)
+    rng = np.random.default_rng(0)
+    chars = [t for t in tokens if len(t) == 1]
+    from localllm.tokenizer_pretok import bytes_to_unicode_text, split_words
+    spec = tokenizer(model_key)._v.pre_spec
+    corpus_words = [bytes_to_unicode_text(w)
+                    for w in split_words(CORPUS.read_text(encoding="utf-8")[:20000], spec.regexes)]
+    random_words = ["".join(rng.choice(chars, rng.integers(1, 40))) for _ in range(3000)]
+    for words in (corpus_words, random_words):
+        want = hf.encode(words, is_pretokenized=True, add_special_tokens=False).ids
+        assert ours.encode_words(words) == want
 
 
 def test_unusable_and_repeated_merges_are_skipped():

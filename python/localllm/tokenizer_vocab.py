@@ -305,10 +305,10 @@ def _texts_and_encoder(meta: Mapping[str, Any], model: str, tokens: list[str],
         raise ValueError("BPE (gpt2) tokenizer metadata has no tokenizer.ggml.merges")
     if isinstance(merges, np.ndarray):
         merges = merges.tolist()
-    # The str -> id dict only feeds the Rust model, which keeps its own table.
-    texts = PackedTexts(tokens)
-    token_ids = dict(zip(reversed(tokens), range(n - 1, -1, -1)))
-    return texts, BpeMerger(token_ids, merges, spec.ignore_merges)
+    # The text -> id table lives in the C++ merger only.
+    if not isinstance(merges, list):
+        merges = list(merges)
+    return PackedTexts(tokens), BpeMerger(tokens, merges, spec.ignore_merges)
 
 
 def _token_attrs(meta: Mapping[str, Any], n: int) -> array:

@@ -1,0 +1,103 @@
+// bpe.cpp — see bpe.h.
+#include "bpe.h"
+#include <queue>
+#include <tuple>
+
+namespace lll {
+
+namespace {
+
+uint64_t pair_key(int32_t left, int32_t right) { return (uint64_t)(uint32_t)left << 32 | (uint32_t)right; }
+
+// Length of the UTF-8 character starting with byte c (1 for a stray continuation byte).
+size_t utf8_len(unsigned char c) {
+    if (c >= 0xF0) return 4;
+    if (c >= 0xE0) return 3;
+    if (c >= 0xC0) return 2;
+    return 1;
+}
+
+}  // namespace
+
+BpeMerges::BpeMerges(const std::vector<std::string>& tokens, const std::vector<std::string>& merges,
+                     bool ignore_merges)
+    : ignore_merges_(ignore_merges) {
+    size_t total = 0;
+    for (const std::string& t : tokens) total += t.size();
+    texts_.reserve(total);                                 // no reallocation: the views stay valid
+    for (const std::string& t : tokens) texts_ += t;
+    ids_.reserve(tokens.size());
+    for (size_t i = 0, at = 0; i < tokens.size(); at += tokens[i].size(), ++i)
+        ids_.emplace(std::string_view(texts_.data() + at, tokens[i].size()), (int32_t)i);   // first id wins
+    merges_.reserve(merges.size());
+    std::string joined;
+    for (size_t rank = 0; rank < merges.size(); ++rank) {
+        const std::string& line = merges[rank];
+        const size_t cut = line.size() > 1 ? line.find(' ', 1) : std::string::npos;
+        if (cut == std::string::npos || cut + 1 >= line.size()) continue;
+        const std::string_view left(line.data(), cut), right(line.data() + cut + 1, line.size() - cut - 1);
+        const int32_t a = token_id(left), b = token_id(right);
+        joined.assign(left);
+        joined.append(right);
+        const int32_t ab = token_id(joined);
+        if (a < 0 || b < 0 || ab < 0) continue;
+        merges_.emplace(pair_key(a, b), (uint64_t)rank << 32 | (uint32_t)ab);  // first rank wins
+    }
+}
+
+int32_t BpeMerges::token_id(std::string_view text) const {
+    const auto it = ids_.find(text);
+    return it == ids_.end() ? -1 : it->second;
+}
+
+void BpeMerges::encode_words(const std::vector<std::string>& words, std::vector<int32_t>& out) const {
+    for (const std::string& w : words) encode_word(w, out);
+}
+
+void BpeMerges::encode_word(std::string_view word, std::vector<int32_t>& out) const {
+    if (word.empty()) return;
+    if (ignore_merges_) {
+        const int32_t whole = token_id(word);
+        if (whole >= 0) {
+            out.push_back(whole);
+            return;
+        }
+    }
+    // Symbols as a doubly linked list over the characters that are tokens.
+    struct Symbol { int32_t id; int prev, next; };
+    std::vector<Symbol> sym;
+    for (size_t i = 0; i < word.size();) {
+        const size_t n = std::min(utf8_len((unsigned char)word[i]), word.size() - i);
+        const int32_t id = token_id(word.substr(i, n));
+        if (id >= 0) sym.push_back({id, (int)sym.size() - 1, (int)sym.size() + 1});
+        i += n;
+    }
+    if (sym.empty()) return;
+    sym.back().next = -1;
+    // Candidate merges, lowest rank first, then leftmost; stale entries are skipped when popped.
+    using Candidate = std::tuple<uint32_t, int, int32_t, int32_t>;   // rank, left index, left id, right id
+    std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> queue;
+    auto consider = [&](int left) {
+        if (left < 0 || sym[left].next < 0) return;
+        const Symbol& a = sym[left];
+        const auto it = merges_.find(pair_key(a.id, sym[a.next].id));
+        if (it != merges_.end()) queue.emplace((uint32_t)(it->second >> 32), left, a.id, sym[a.next].id);
+    };
+    for (int i = 0; i + 1 < (int)sym.size(); ++i) consider(i);
+    while (!queue.empty()) {
+        const auto [rank, left, left_id, right_id] = queue.top();
+        queue.pop();
+        Symbol& a = sym[left];
+        if (a.id != left_id || a.next < 0 || sym[a.next].id != right_id) continue;   // stale
+        const int right = a.next;
+        a.id = (int32_t)(uint32_t)merges_.at(pair_key(left_id, right_id));
+        a.next = sym[right].next;
+        if (a.next >= 0) sym[a.next].prev = left;
+        sym[right].id = -1;                                  // removed
+        consider(a.prev);
+        consider(left);
+    }
+    for (int i = 0; i >= 0; i = sym[i].next) out.push_back(sym[i].id);
+}
+
+}  // namespace lll
