@@ -1,6 +1,7 @@
 // bpe.cpp — see bpe.h.
 #include "bpe.h"
 #include <queue>
+#include <stdexcept>
 #include <tuple>
 
 namespace lll {
@@ -17,6 +18,19 @@ size_t utf8_len(unsigned char c) {
     return 1;
 }
 
+// Table sizes: a power of two at least twice the entries.
+size_t table_size(size_t n) {
+    size_t size = 16;
+    while (size < 2 * n) size *= 2;
+    return size;
+}
+
+uint64_t mix(uint64_t k) {   // splitmix64's finalizer: spreads the pair keys over the table
+    k ^= k >> 30; k *= 0xbf58476d1ce4e5b9ull;
+    k ^= k >> 27; k *= 0x94d049bb133111ebull;
+    return k ^ (k >> 31);
+}
+
 }  // namespace
 
 BpeMerges::BpeMerges(const std::vector<std::string>& tokens, const std::vector<std::string>& merges,
@@ -24,12 +38,25 @@ BpeMerges::BpeMerges(const std::vector<std::string>& tokens, const std::vector<s
     : ignore_merges_(ignore_merges) {
     size_t total = 0;
     for (const std::string& t : tokens) total += t.size();
-    texts_.reserve(total);                                 // no reallocation: the views stay valid
-    for (const std::string& t : tokens) texts_ += t;
-    ids_.reserve(tokens.size());
-    for (size_t i = 0, at = 0; i < tokens.size(); at += tokens[i].size(), ++i)
-        ids_.emplace(std::string_view(texts_.data() + at, tokens[i].size()), (int32_t)i);   // first id wins
-    merges_.reserve(merges.size());
+    if (total >= UINT32_MAX || tokens.size() >= (size_t)INT32_MAX)
+        throw std::invalid_argument("BPE vocabulary too large");
+    texts_.reserve(total);
+    text_start_.reserve(tokens.size() + 1);
+    text_start_.push_back(0);
+    for (const std::string& t : tokens) {
+        texts_ += t;
+        text_start_.push_back((uint32_t)texts_.size());
+    }
+    id_slots_.assign(table_size(tokens.size()), -1);
+    const size_t mask = id_slots_.size() - 1;
+    for (int32_t id = 0; id < (int32_t)tokens.size(); ++id) {   // the first id of a text wins
+        for (size_t i = std::hash<std::string_view>{}(text(id)) & mask;; i = (i + 1) & mask) {
+            if (id_slots_[i] < 0) { id_slots_[i] = id; break; }
+            if (text(id_slots_[i]) == text(id)) break;
+        }
+    }
+    pair_keys_.assign(table_size(merges.size()), 0);
+    pair_values_.assign(pair_keys_.size(), kEmpty);
     std::string joined;
     for (size_t rank = 0; rank < merges.size(); ++rank) {
         const std::string& line = merges[rank];
@@ -37,17 +64,39 @@ BpeMerges::BpeMerges(const std::vector<std::string>& tokens, const std::vector<s
         if (cut == std::string::npos || cut + 1 >= line.size()) continue;
         const std::string_view left(line.data(), cut), right(line.data() + cut + 1, line.size() - cut - 1);
         const int32_t a = token_id(left), b = token_id(right);
+        if (a < 0 || b < 0) continue;
         joined.assign(left);
         joined.append(right);
         const int32_t ab = token_id(joined);
-        if (a < 0 || b < 0 || ab < 0) continue;
-        merges_.emplace(pair_key(a, b), (uint64_t)rank << 32 | (uint32_t)ab);  // first rank wins
+        if (ab >= 0) add_merge(pair_key(a, b), (uint64_t)rank << 32 | (uint32_t)ab);
     }
 }
 
-int32_t BpeMerges::token_id(std::string_view text) const {
-    const auto it = ids_.find(text);
-    return it == ids_.end() ? -1 : it->second;
+void BpeMerges::add_merge(uint64_t key, uint64_t value) {
+    const size_t mask = pair_keys_.size() - 1;
+    for (size_t i = mix(key) & mask;; i = (i + 1) & mask) {
+        if (pair_values_[i] == kEmpty) {
+            pair_keys_[i] = key;
+            pair_values_[i] = value;
+            ++n_merges_;
+            return;
+        }
+        if (pair_keys_[i] == key) return;                 // a repeated pair keeps its first rank
+    }
+}
+
+uint64_t BpeMerges::find_merge(uint64_t key) const {
+    const size_t mask = pair_keys_.size() - 1;
+    for (size_t i = mix(key) & mask; pair_values_[i] != kEmpty; i = (i + 1) & mask)
+        if (pair_keys_[i] == key) return pair_values_[i];
+    return kEmpty;
+}
+
+int32_t BpeMerges::token_id(std::string_view t) const {
+    const size_t mask = id_slots_.size() - 1;
+    for (size_t i = std::hash<std::string_view>{}(t) & mask; id_slots_[i] >= 0; i = (i + 1) & mask)
+        if (text(id_slots_[i]) == t) return id_slots_[i];
+    return -1;
 }
 
 void BpeMerges::encode_words(const std::vector<std::string>& words, std::vector<int32_t>& out) const {
@@ -80,8 +129,8 @@ void BpeMerges::encode_word(std::string_view word, std::vector<int32_t>& out) co
     auto consider = [&](int left) {
         if (left < 0 || sym[left].next < 0) return;
         const Symbol& a = sym[left];
-        const auto it = merges_.find(pair_key(a.id, sym[a.next].id));
-        if (it != merges_.end()) queue.emplace((uint32_t)(it->second >> 32), left, a.id, sym[a.next].id);
+        const uint64_t merge = find_merge(pair_key(a.id, sym[a.next].id));
+        if (merge != kEmpty) queue.emplace((uint32_t)(merge >> 32), left, a.id, sym[a.next].id);
     };
     for (int i = 0; i + 1 < (int)sym.size(); ++i) consider(i);
     while (!queue.empty()) {
@@ -90,7 +139,7 @@ void BpeMerges::encode_word(std::string_view word, std::vector<int32_t>& out) co
         Symbol& a = sym[left];
         if (a.id != left_id || a.next < 0 || sym[a.next].id != right_id) continue;   // stale
         const int right = a.next;
-        a.id = (int32_t)(uint32_t)merges_.at(pair_key(left_id, right_id));
+        a.id = (int32_t)(uint32_t)find_merge(pair_key(left_id, right_id));
         a.next = sym[right].next;
         if (a.next >= 0) sym[a.next].prev = left;
         sym[right].id = -1;                                  // removed
