@@ -314,7 +314,7 @@ class Tokenizer:
 def _return_free_heap_pages() -> None:
     """Give the pages of freed malloc chunks back to the OS (glibc's malloc_trim; else no-op).
 
-    Building the vocabulary allocates and frees tens of MB of short-lived chunks (the Rust BPE
+    Building the vocabulary allocates and frees tens of MB of short-lived chunks (the BPE
     model's build tables, Python list and dict buffers) in between long-lived ones; glibc keeps
     such holes resident, and only trims the top of its heaps by itself.
     """

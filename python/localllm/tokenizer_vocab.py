@@ -145,7 +145,7 @@ class VocabData:
     add_space_prefix: bool
     clean_spaces: bool
     pre_spec: PreTokenizerSpec | None
-    encoder: Encoder                 # owns text -> id (SPM table or the Rust BPE model)
+    encoder: Encoder                 # owns text -> id (SPM table or the C++ BPE table)
     eog_ids: frozenset[int] = frozenset()
     special_cache: list[int] = field(default_factory=list)  # matched longest first
 
