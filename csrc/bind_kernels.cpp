@@ -123,6 +123,20 @@ U8Array checked_weights(const char* what, const lll::TypeTraits& wt, const py::a
     return wb;
 }
 
+// y[M, N] = a new array filled by fn(pool, y) on the shared pool, with the GIL released.
+template <class Fn>
+py::array_t<float> on_shared_pool(int n_threads, int64_t M, int64_t N, Fn&& fn) {
+    SharedPool& sp = shared_pool(n_threads);
+    py::array_t<float> y({M, N});
+    float* yp = y.mutable_data();
+    {
+        py::gil_scoped_release nogil;
+        std::lock_guard<std::mutex> lock(sp.busy);
+        fn(sp.pool, yp);
+    }
+    return y;
+}
+
 py::array_t<float> matmul_py(const py::array& w, int wtype, int64_t N, int64_t K, const F32Array& x,
                              int n_threads, int isa) {
     const lll::TypeTraits& wt = traits_from_int(wtype);
@@ -131,15 +145,9 @@ py::array_t<float> matmul_py(const py::array& w, int wtype, int64_t N, int64_t K
         throw std::invalid_argument(std::string("matmul: no dot product for weight type ") + wt.name);
     const U8Array wb = checked_weights("matmul", wt, w, N, K, x);
     const int64_t M = x.shape(0);
-    SharedPool& sp = shared_pool(n_threads);
-    py::array_t<float> y({M, N});
-    float* yp = y.mutable_data();
-    {
-        py::gil_scoped_release nogil;
-        std::lock_guard<std::mutex> lock(sp.busy);
-        lll::matmul(sp.pool, static_cast<GGMLType>(wtype), wb.data(), N, K, x.data(), M, yp, level);
-    }
-    return y;
+    return on_shared_pool(n_threads, M, N, [&](lll::ThreadPool& pool, float* yp) {
+        lll::matmul(pool, static_cast<GGMLType>(wtype), wb.data(), N, K, x.data(), M, yp, level);
+    });
 }
 
 // matmul through a weight repacked for the block-sequential kernels (what models do at load).
@@ -151,19 +159,13 @@ py::array_t<float> matmul_repacked_py(const py::array& w, int wtype, int64_t N, 
         throw std::invalid_argument(std::string("matmul_repacked: ") + wt.name + " is not repacked on this CPU");
     const U8Array wb = checked_weights("matmul_repacked", wt, w, N, K, x);
     const int64_t M = x.shape(0);
-    SharedPool& sp = shared_pool(n_threads);
-    py::array_t<float> y({M, N});
-    float* yp = y.mutable_data();
-    {
-        py::gil_scoped_release nogil;
-        std::lock_guard<std::mutex> lock(sp.busy);
+    return on_shared_pool(n_threads, M, N, [&](lll::ThreadPool& pool, float* yp) {
         std::vector<uint8_t> r(lll::repacked_bytes(t, N, K));
-        lll::repack_weight(sp.pool, t, wb.data(), N, K, r.data());
+        lll::repack_weight(pool, t, wb.data(), N, K, r.data());
         std::vector<uint8_t> xq(lll::act_buffer_bytes(wt.vec_dot_type, M, K));
-        lll::quantize_activations(sp.pool, wt.vec_dot_type, x.data(), M, K, xq.data(), lll::best_isa());
-        lll::matmul_q_repacked(sp.pool, t, r.data(), N, K, xq.data(), M, yp, N);
-    }
-    return y;
+        lll::quantize_activations(pool, wt.vec_dot_type, x.data(), M, K, xq.data(), lll::best_isa());
+        lll::matmul_q_repacked(pool, t, r.data(), N, K, xq.data(), M, yp, N);
+    });
 }
 
 // A gated activation (act(gate) * up) through the model's path (SIMD where compiled) or its

@@ -25,12 +25,6 @@ static void linear_quantized(Model& m, const WeightRef& w, const void* xq, int64
     if (bias && bias->present()) add_bias_rows(y, bias->f32(), T, w.ne1);
 }
 
-void linear(Model& m, const WeightRef& w, const float* x, int64_t T, float* y, const WeightRef* bias) {
-    void* xq = m.s.xq.data();
-    quantize_activations(m.pool(), type_traits(w.type)->vec_dot_type, x, T, w.ne0, xq, m.isa());
-    linear_quantized(m, w, xq, T, y, bias);
-}
-
 // Several matrices applied to the same x (q/k/v, gate/up): x is quantized once for each run of
 // matrices that share an activation type, not once per matrix.
 static void linear_same_input(Model& m, std::initializer_list<LinearOut> outs, const float* x, int64_t T) {
@@ -46,6 +40,10 @@ static void linear_same_input(Model& m, std::initializer_list<LinearOut> outs, c
         }
         linear_quantized(m, *o.w, xq, T, o.y, o.bias);
     }
+}
+
+void linear(Model& m, const WeightRef& w, const float* x, int64_t T, float* y, const WeightRef* bias) {
+    linear_same_input(m, {{&w, y, bias}}, x, T);
 }
 
 void attention_block(Model& m, int il, const float* h, int64_t T, const Batch& b, float* out) {

@@ -61,7 +61,7 @@ class Tokenizer:
         if not isinstance(meta, Mapping):
             raise TypeError(f"meta must be a mapping of GGUF keys, got {type(meta).__name__}")
         # Python's cyclic GC would run over and over on the hundreds of thousands of strings,
-        # tuples and lists made here (none forms a cycle); paused, the build is ~0.1 s faster.
+        # bytes and lists made here, none of which forms a cycle.
         gc_was_enabled = gc.isenabled()
         gc.disable()
         try:

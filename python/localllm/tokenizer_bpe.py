@@ -17,19 +17,8 @@ from . import _core
 __all__ = ["BpeMerger"]
 
 
-class BpeMerger:
-    """Merges pre-split byte-level words into token ids."""
-
-    def __init__(self, tokens: list[str], merge_lines: list[str], ignore_merges: bool) -> None:
-        """``tokens``: the vocabulary texts by id (the first id wins if repeated);
-        ``merge_lines``: tokenizer.ggml.merges as stored ("left right"); ``ignore_merges``: a
-        word that is a token is emitted whole (llama.cpp, llama3)."""
-        self._table = _core.BpeMerges(tokens, merge_lines, ignore_merges)
-
-    def token_id(self, text: str) -> int | None:
-        """Id of the token whose text is exactly ``text``, else None."""
-        return self._table.token_id(text)
-
-    def encode_words(self, words: list[str]) -> list[int]:
-        """Concatenated ids of the byte-level ``words`` (each merged on its own)."""
-        return self._table.encode_words(words) if words else []
+# tokens: the vocabulary texts by id (the first id wins if repeated); merges:
+# tokenizer.ggml.merges as stored ("left right"); ignore_merges: a word that is a token is
+# emitted whole (llama.cpp, llama3). encode_words(words) -> concatenated ids of the byte-level
+# words, each merged on its own; token_id(text) -> id or None.
+BpeMerger = _core.BpeMerges

@@ -303,11 +303,8 @@ def _texts_and_encoder(meta: Mapping[str, Any], model: str, tokens: list[str],
     merges = meta.get(_K + "merges")
     if merges is None:
         raise ValueError("BPE (gpt2) tokenizer metadata has no tokenizer.ggml.merges")
-    if isinstance(merges, np.ndarray):
-        merges = merges.tolist()
+    merges = merges.tolist() if isinstance(merges, np.ndarray) else list(merges)
     # The text -> id table lives in the C++ merger only.
-    if not isinstance(merges, list):
-        merges = list(merges)
     return PackedTexts(tokens), BpeMerger(tokens, merges, spec.ignore_merges)
 
 
