@@ -33,6 +33,12 @@ void attention(ThreadPool& pool, const KVCache& kv, int layer, const float* q, f
                const Batch& b, int n_head, int n_head_kv, int head_dim, float scale, int window,
                AttnKernel kernel = AttnKernel::Auto);
 
+// The same attention in llama.cpp's float order (Numerics::LlamaCpp; attention_ggml.cpp): the
+// q.k and p.V sums follow tinyBLAS when the batch has two or more tokens, ggml's vec_dot_f16
+// when it has one, and the softmax is ggml's.
+void attention_ggml(ThreadPool& pool, const KVCache& kv, int layer, const float* q, float* out,
+                    const Batch& b, int n_head, int n_head_kv, int head_dim, float scale, int window);
+
 // The exp used by the softmax (scalar reference of the SIMD exp; exact same operations).
 float attention_exp(float x);
 

@@ -77,11 +77,19 @@ static py::array_t<float> forward(Model& m, I32 tokens, I32 positions, I32 seq_o
 
 void register_model(py::module_& m) {
     py::class_<Model>(m, "Model", "A loaded model: weights mapped from GGUF, a paged KV cache, a thread pool.")
-        .def(py::init([](const std::string& path, int n_threads, int64_t kv_blocks, int kv_block_size) {
+        .def(py::init([](const std::string& path, int n_threads, int64_t kv_blocks, int kv_block_size,
+                         const std::string& numerics) {
+                 if (numerics != "fast" && numerics != "llama.cpp")
+                     throw std::invalid_argument("numerics must be 'fast' or 'llama.cpp', not '" + numerics + "'");
+                 const Numerics n = numerics == "fast" ? Numerics::Fast : Numerics::LlamaCpp;
                  py::gil_scoped_release release;
-                 return new Model(path, n_threads, kv_blocks, kv_block_size);
+                 return new Model(path, n_threads, kv_blocks, kv_block_size, n);
              }),
-             py::arg("path"), py::arg("n_threads"), py::arg("kv_blocks"), py::arg("kv_block_size") = 16)
+             py::arg("path"), py::arg("n_threads"), py::arg("kv_blocks"), py::arg("kv_block_size") = 16,
+             py::arg("numerics") = "fast")
+        .def_property_readonly("numerics", [](const Model& self) {
+            return std::string(self.numerics() == Numerics::Fast ? "fast" : "llama.cpp");
+        })
         .def_property_readonly("hparams", [](const Model& self) { return hparams_dict(self.hparams()); })
         .def_property_readonly("kv_blocks", [](Model& self) { return self.kv().n_blocks(); })
         .def_property_readonly("kv_block_size", [](Model& self) { return self.kv().block_size(); })

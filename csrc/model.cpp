@@ -9,12 +9,14 @@
 #include <algorithm>
 #include <stdexcept>
 #include "matmul.h"
+#include "quants/ggml_legacy.h"
 #include "ops.h"
 #include "models/layer_blocks.h"
 
 namespace lll {
 
-Model::Model(const std::string& path, int n_threads, int64_t kv_blocks, int kv_block_size) : path_(path) {
+Model::Model(const std::string& path, int n_threads, int64_t kv_blocks, int kv_block_size, Numerics numerics)
+    : path_(path), numerics_(numerics) {
     file_ = GGUFFile::open(path);
     const std::string arch = file_->get_string("general.architecture");
     arch_ = find_arch(arch);
@@ -45,6 +47,7 @@ void Model::repack_layer_weights() {
     size_t total = 0;
     for (WeightRef* w : todo) {
         if (!w->present() || !can_repack(w->type, isa_)) continue;
+        if (numerics_ == Numerics::LlamaCpp && ggml_order::legacy_supported(w->type)) continue;   // GGUF rows
         chosen.push_back(w);
         offset.push_back(total);
         total += (repacked_bytes(w->type, w->ne1, w->ne0) + 63) / 64 * 64;
@@ -195,7 +198,8 @@ void Model::forward(const Batch& b, float* logits) {
     for (int64_t r = 0; r < b.n_out; ++r)
         rms_norm(x + (int64_t)b.output_rows[r] * D, w_.output_norm.f32(), h + r * D, D, hp_.norm_eps);
     const WeightRef& out = w_.output;                        // logits [n_out, n_vocab]
-    if (out.repacked) linear(*this, out, h, b.n_out, logits, nullptr);
+    if (out.repacked || (numerics_ == Numerics::LlamaCpp && ggml_order::legacy_supported(out.type)))
+        linear(*this, out, h, b.n_out, logits, nullptr);
     else matmul(*pool_, out.type, out.data, out.ne1, out.ne0, h, b.n_out, logits, isa_);
 }
 

@@ -19,6 +19,17 @@ namespace lll {
 
 enum class RopeStyle : int { Normal = 0, NeoX = 1 };   // adjacent pairs vs. halves of the head
 
+// Which float rounding order the forward follows.
+//  Fast:     this project's kernels: the block-sequential matmul (quants/bseq.h, AMX / VNNI
+//            GEMMs for prompts) and batch-invariant attention. A row's logits never depend on
+//            the batch around it.
+//  LlamaCpp: llama.cpp's x86 CPU order, op for op (ggml_math.h): legacy-type matmuls with
+//            ggml's 8 lane accumulators (quants/ggml_legacy.h) and attention with the kernel
+//            llama.cpp picks for the batch's size (attention_ggml.cpp). Logits match llama.cpp's
+//            bit for bit where every op is covered; prompts run slower, and a row's attention
+//            depends on whether its batch has one token or more, as in llama.cpp.
+enum class Numerics : int { Fast = 0, LlamaCpp = 1 };
+
 struct HParams {
     std::string arch;
     int n_layer = 0, n_embd = 0, n_ff = 0, n_head = 0, n_head_kv = 0, head_dim = 0;
@@ -74,7 +85,8 @@ std::string supported_archs();                         // "gemma3, llama, qwen2"
 
 class Model {
 public:
-    Model(const std::string& path, int n_threads, int64_t kv_blocks, int kv_block_size);
+    Model(const std::string& path, int n_threads, int64_t kv_blocks, int kv_block_size,
+          Numerics numerics = Numerics::Fast);
     ~Model();
     Model(const Model&) = delete;
     Model& operator=(const Model&) = delete;
@@ -84,6 +96,7 @@ public:
     KVCache& kv() { return *kv_; }
     ThreadPool& pool() { return *pool_; }
     Isa isa() const { return isa_; }
+    Numerics numerics() const { return numerics_; }
     const ModelWeights& weights() const { return w_; }
 
     // Runs the batch; writes n_out rows of n_vocab logits to `logits`.
@@ -116,6 +129,7 @@ private:
     uint64_t embd_offset_ = 0;
     void embed_tokens_pread(const int32_t* tokens, int64_t T, float* out);
     Isa isa_;
+    Numerics numerics_ = Numerics::Fast;
     int64_t scratch_T_ = 0;
 };
 

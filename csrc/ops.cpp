@@ -1,6 +1,7 @@
 // ops.cpp — see ops.h. Mostly scalar code (these ops are a few percent of a step; matmul
 // dominates); RMSNorm, SwiGLU and GEGLU have AVX-512 paths held bit-exact to their scalar loops.
 #include "ops.h"
+#include "ggml_math.h"
 #if defined(__AVX512F__) && defined(__F16C__)
 #include <immintrin.h>
 #endif
@@ -125,42 +126,33 @@ static void rope_rows(float* x, int64_t t0, int64_t t1, int n_heads, int head_di
                 const int a = style == RopeStyle::Normal ? i0 : i0 / 2;
                 const int b = style == RopeStyle::Normal ? i0 + 1 : i0 / 2 + half;
                 const float x0 = v[a], x1 = v[b];
-                v[a] = x0 * c - x1 * s;
-                v[b] = x0 * s + x1 * c;
+                // ggml's compiled rope fuses the first product of each line into an FMA.
+                v[a] = fmaf(x0, c, -(x1 * s));
+                v[b] = fmaf(x0, s, x1 * c);
             }
         }
     }
 }
 
-// out = silu(gate) * up with silu(g) = g / (1 + exp(-g)) as ggml writes it for g >= 0, and
-// g*e / (1 + e) with e = exp(g) below: exp(-|g|) <= 1 never overflows. The scalar reference, from
-// element i0 on; the AVX-512 loop does the same operations 16 lanes at a time.
+// out = silu(gate) * up with silu(g) = g / (1 + exp(-g)) in ggml's own vector form (ggml_math.h:
+// its expf polynomial, then one division), so the result is llama.cpp's to the bit. The scalar
+// reference, from element i0 on; the AVX-512 loop does the same operations 16 lanes at a time.
 static void swiglu_scalar(const float* gate, const float* up, float* out, int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) {
-        const float g = gate[i];
-        const float e = exp_nonpositive(-fabsf(g));
-        out[i] = (g >= 0.0f ? g : g * e) / (1.0f + e) * up[i];
-    }
+    for (int64_t i = i0; i < i1; ++i) out[i] = ggml_order::silu(gate[i]) * up[i];
 }
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) && defined(__AVX512DQ__)
 static int64_t swiglu_avx512(const float* gate, const float* up, float* out, int64_t i0, int64_t i1) {
-    const __m512 one = _mm512_set1_ps(1.0f);
     int64_t i = i0;
-    for (; i + 16 <= i1; i += 16) {
-        const __m512 g = _mm512_loadu_ps(gate + i);
-        const __m512 e = exp_nonpositive16(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_abs_ps(g)));
-        const __m512 num = _mm512_mask_mov_ps(_mm512_mul_ps(g, e), _mm512_cmp_ps_mask(g, _mm512_setzero_ps(), _CMP_GE_OQ), g);
-        const __m512 silu = _mm512_div_ps(num, _mm512_add_ps(one, e));
-        _mm512_storeu_ps(out + i, _mm512_mul_ps(silu, _mm512_loadu_ps(up + i)));
-    }
+    for (; i + 16 <= i1; i += 16)
+        _mm512_storeu_ps(out + i, _mm512_mul_ps(ggml_order::silu16(_mm512_loadu_ps(gate + i)), _mm512_loadu_ps(up + i)));
     return i;
 }
 #endif
 
 void swiglu(ThreadPool& pool, const float* gate, const float* up, float* out, int64_t n) {
     parallel_rows(pool, n, 4, [&](int64_t i0, int64_t i1) {
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) && defined(__AVX512DQ__)
         i0 = swiglu_avx512(gate, up, out, i0, i1);
 #endif
         swiglu_scalar(gate, up, out, i0, i1);

@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include "../attention.h"
 #include "../matmul.h"
+#include "../quants/ggml_legacy.h"
 #include "../ops.h"
 
 namespace lll {
@@ -21,6 +22,8 @@ struct LinearOut {
 static void linear_quantized(Model& m, const WeightRef& w, const void* xq, int64_t T, float* y,
                              const WeightRef* bias) {
     if (w.repacked) matmul_q_repacked(m.pool(), w.type, w.data, w.ne1, w.ne0, xq, T, y, w.ne1);
+    else if (m.numerics() == Numerics::LlamaCpp && ggml_order::legacy_supported(w.type))
+        ggml_order::matmul_legacy(m.pool(), w.type, w.data, w.ne1, w.ne0, xq, T, y, w.ne1);
     else matmul_q(m.pool(), w.type, w.data, w.ne1, w.ne0, xq, T, y, w.ne1, m.isa());
     if (bias && bias->present()) add_bias_rows(y, bias->f32(), T, w.ne1);
 }
@@ -63,8 +66,10 @@ void attention_block(Model& m, int il, const float* h, int64_t T, const Batch& b
     if (hp.q_scale != 1.0f) scale_inplace(q, hp.q_scale, T * hp.n_head * hd);
     kv_write(m.kv(), il, k, v, b);
     float* attn = m.s.attn.data();                    // [T, n_head, hd]
-    attention(m.pool(), m.kv(), il, q, attn, b, hp.n_head, hp.n_head_kv, hd, hp.attn_scale,
-              swa ? hp.n_swa : 0);
+    if (m.numerics() == Numerics::LlamaCpp)
+        attention_ggml(m.pool(), m.kv(), il, q, attn, b, hp.n_head, hp.n_head_kv, hd, hp.attn_scale, swa ? hp.n_swa : 0);
+    else
+        attention(m.pool(), m.kv(), il, q, attn, b, hp.n_head, hp.n_head_kv, hd, hp.attn_scale, swa ? hp.n_swa : 0);
     linear(m, L.wo, attn, T, out);
 }
 

@@ -44,8 +44,10 @@ class GGUFFile:
     def __contains__(self, key: str) -> bool: ...
 
 class Model:
-    def __init__(self, path: str, n_threads: int, kv_blocks: int, kv_block_size: int = 16) -> None: ...
+    def __init__(self, path: str, n_threads: int, kv_blocks: int, kv_block_size: int = 16,
+                 numerics: str = "fast") -> None: ...
     hparams: dict[str, Any]
+    numerics: str
     kv_blocks: int
     kv_block_size: int
     kv_bytes: int

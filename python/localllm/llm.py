@@ -76,6 +76,9 @@ class _Run:
     finish_reason: str = "length"
 
 
+NUMERICS = ("fast", "llama.cpp")
+
+
 class LLM:
     """A GGUF model ready to generate.
 
@@ -89,12 +92,19 @@ class LLM:
         max_running: most sequences generating at once (see `localllm.engine`).
         kv_blocks: KV cache blocks of kv_block_size tokens shared by all sequences
             (default: enough for one sequence of n_ctx tokens).
+        numerics: "fast" (default): this project's kernels, batch-invariant. "llama.cpp":
+            llama.cpp's CPU rounding order op for op, to reproduce its logits bit for bit
+            (slower prompts; see docs/fidelity.md for which weight types it covers).
     """
 
     def __init__(self, model_path: str | os.PathLike | None = None, n_threads: int | None = None,
                  n_ctx: int = 4096, seed: int | None = None, n_batch: int = 512,
-                 kv_block_size: int = 16, max_running: int = 16, kv_blocks: int | None = None):
+                 kv_block_size: int = 16, max_running: int = 16, kv_blocks: int | None = None,
+                 numerics: str = "fast"):
         t0 = time.perf_counter()
+        if numerics not in NUMERICS:
+            raise ValueError(f"numerics must be one of {', '.join(NUMERICS)}, got {numerics!r}")
+        self.numerics = numerics
         if n_ctx < 1:
             raise ValueError(f"n_ctx must be >= 1, got {n_ctx}")
         if n_batch < 1:
@@ -126,7 +136,7 @@ class LLM:
         def load_model() -> None:
             try:
                 loaded["model"] = _core.Model(str(self.model_path), self.n_threads, n_blocks,
-                                              kv_block_size)
+                                              kv_block_size, self.numerics)
             except BaseException as e:  # re-raised on the caller's thread below
                 loaded["error"] = e
 

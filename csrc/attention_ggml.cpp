@@ -1,0 +1,127 @@
+// attention_ggml.cpp — attention in llama.cpp's exact float order (the "llama.cpp numerics" mode;
+// model.h: Numerics), for its CPU backend without flash attention and with an F16 cache.
+//
+// llama.cpp computes softmax(scale * q.K^T + mask) . V as two F16 matrix products around a
+// softmax, and which kernel runs a product depends on the batch: with two or more query tokens
+// llamafile's tinyBLAS (one 16-lane FMA accumulator per output, then _mm512_reduce_add_ps), with
+// one token ggml's vec_dot_f16 (four 16-lane accumulators over strides of 64, added 0+2, 1+3,
+// then together, then reduced). Lane i always holds the elements whose index is i mod 16: head
+// dims for q.k, key positions for p.V (a sequence's cache cells are its positions). The softmax
+// (ggml_compute_forward_soft_max_f32): scores times scale, ggml's vector expf of (s - max), each
+// 16-position group reduced in float and summed in double, times (float)(1 / sum). q and the
+// probabilities are rounded to F16 before their products, as ggml converts a product's F32
+// operand to its F16 partner's type. Keys outside the causal / sliding window have probability
+// 0 and are skipped: in llama.cpp they add exact zeros.
+#include "attention.h"
+
+#include <math.h>
+#include <string.h>
+
+#include <algorithm>
+#include <atomic>
+#include <vector>
+
+#include "fp16.h"
+#include "ggml_math.h"
+
+namespace lll {
+
+namespace {
+
+constexpr int kL = 16;   // lanes
+
+inline float f16r(float x) { return fp16_to_f32(f32_to_fp16(x)); }
+
+// ggml_vec_dot_f16 over n terms a[i] * b[i] given as term(i) operands.
+template <class A, class B>
+float vec_dot_f16_order(int n, A a, B b) {
+    float sum[4][kL] = {};
+    const int np = n & ~63;
+    for (int i = 0; i < np; i += 64)
+        for (int j = 0; j < 4; ++j)
+            for (int l = 0; l < kL; ++l) sum[j][l] = fmaf(a(i + 16 * j + l), b(i + 16 * j + l), sum[j][l]);
+    for (int l = 0; l < kL; ++l) sum[0][l] += sum[2][l], sum[1][l] += sum[3][l];
+    for (int l = 0; l < kL; ++l) sum[0][l] += sum[1][l];
+    double s = ggml_order::reduce16(sum[0]);
+    for (int i = np; i < n; ++i) s += (double)(a(i) * b(i));
+    return (float)s;
+}
+
+// tinyBLAS over n terms (n % 16 == 0): one 16-lane accumulator, then reduce16.
+template <class A, class B>
+float tinyblas_order(int n, A a, B b) {
+    float acc[kL] = {};
+    for (int i = 0; i < n; i += kL)
+        for (int l = 0; l < kL; ++l) acc[l] = fmaf(a(i + l), b(i + l), acc[l]);
+    return ggml_order::reduce16(acc);
+}
+
+struct RowScratch {
+    std::vector<float> q, w, p;   // [hd], [pos + 1] scores / exps, [pos + 1] F16-rounded probabilities
+    std::vector<const fp16_t*> k, v;
+};
+
+void attend_row(const KVCache& kv, int layer, const float* q_row, float* out, const Batch& b, int64_t t,
+                int kv_head, int hd, float scale, int window, bool batched, RowScratch& s) {
+    const int bs = kv.block_size();
+    const int32_t pos = b.positions[t];
+    const int32_t start = attn_detail::first_visible(pos, window);
+    const int32_t* table = b.block_tables + (int64_t)b.seq_of_token[t] * b.max_blocks;
+    const int kv_off = kv_head * hd;
+    s.q.resize(hd), s.w.assign(pos + 1, 0.0f), s.p.assign(pos + 1, 0.0f), s.k.resize(pos + 1), s.v.resize(pos + 1);
+    for (int d = 0; d < hd; ++d) s.q[d] = f16r(q_row[d]);
+    const float* q = s.q.data();
+    float max = -INFINITY;
+    for (int32_t p = start; p <= pos; ++p) {
+        s.k[p] = kv.k_slot(layer, table[p / bs], p % bs) + kv_off;
+        s.v[p] = kv.v_slot(layer, table[p / bs], p % bs) + kv_off;
+        const fp16_t* k = s.k[p];
+        auto kk = [k](int i) { return fp16_to_f32(k[i]); };
+        auto qq = [q](int i) { return q[i]; };
+        const float dot = batched && hd % 16 == 0 ? tinyblas_order(hd, kk, qq) : vec_dot_f16_order(hd, kk, qq);
+        s.w[p] = dot * scale;
+        max = std::max(max, s.w[p]);
+    }
+    double sum = 0.0;
+    for (int32_t c0 = start / kL * kL; c0 <= pos; c0 += kL) {   // 16-position groups, in order
+        float e[kL] = {};
+        for (int l = 0; l < kL; ++l) {
+            const int32_t p = c0 + l;
+            if (p >= start && p <= pos) e[l] = s.w[p] = ggml_order::expf_v(s.w[p] - max);
+        }
+        sum += (double)ggml_order::reduce16(e);
+    }
+    const float inv = (float)(1.0 / sum);
+    for (int32_t p = start; p <= pos; ++p) s.p[p] = f16r(s.w[p] * inv);
+    // p.V over positions: lane = position mod 16; positions outside [start, pos] contribute 0.
+    const int n = (pos / 64 + 1) * 64;   // whole 64-groups, as the cache padding makes them in llama.cpp
+    const float* pr = s.p.data();
+    for (int d = 0; d < hd; ++d) {
+        auto vv = [&](int i) { return i >= start && i <= pos ? fp16_to_f32(s.v[i][d]) : 0.0f; };
+        auto pp = [&](int i) { return i >= start && i <= pos ? pr[i] : 0.0f; };
+        out[d] = batched && hd % 4 == 0 ? tinyblas_order(n, vv, pp) : vec_dot_f16_order(n, vv, pp);
+    }
+}
+
+}  // namespace
+
+void attention_ggml(ThreadPool& pool, const KVCache& kv, int layer, const float* q, float* out, const Batch& b,
+                    int n_head, int n_head_kv, int head_dim, float scale, int window) {
+    const int64_t rows = b.n_tokens * n_head;
+    const int group = n_head / n_head_kv;
+    const bool batched = b.n_tokens >= 2;
+    std::atomic<int64_t> next{0};
+    auto work = [&](int, int) {
+        thread_local RowScratch s;
+        for (int64_t r; (r = next.fetch_add(1, std::memory_order_relaxed)) < rows;) {
+            const int64_t t = r / n_head;
+            const int h = (int)(r % n_head);
+            attend_row(kv, layer, q + r * head_dim, out + r * head_dim, b, t, h / group, head_dim, scale,
+                       window, batched, s);
+        }
+    };
+    if (pool.size() > 1 && rows > 1) pool.run(work);
+    else work(0, 1);
+}
+
+}  // namespace lll

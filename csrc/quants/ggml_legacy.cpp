@@ -1,0 +1,232 @@
+// ggml_legacy.cpp — see ggml_legacy.h.
+#include "ggml_legacy.h"
+
+#include <math.h>
+#include <string.h>
+
+#include <algorithm>
+#include <atomic>
+#include <stdexcept>
+
+#include "../blocks.h"
+#include "../fp16.h"
+#include "../ggml_math.h"
+#include "dot_impl.h"
+
+namespace lll {
+namespace ggml_order {
+
+bool legacy_supported(GGMLType t) {
+    return t == GGMLType::Q4_0 || t == GGMLType::Q4_1 || t == GGMLType::Q5_0 || t == GGMLType::Q5_1 ||
+           t == GGMLType::Q8_0;
+}
+
+namespace {
+
+inline float h2f(fp16_t h) { return fp16_to_f32(h); }
+
+// The 32 weight quants of a block as ggml feeds them to the integer dot product: element e of
+// the block, signed (bias removed) except for the types with a min, where they stay unsigned.
+inline int fifth_bit(const uint8_t* qh, int e) {
+    uint32_t h;
+    memcpy(&h, qh, 4);
+    return (int)((h >> e) & 1) << 4;
+}
+template <class WB> struct Unpack;
+template <> struct Unpack<block_q4_0> {
+    static void get(const block_q4_0& b, int8_t* q) {
+        for (int j = 0; j < 16; ++j) q[j] = (int8_t)((b.qs[j] & 15) - 8), q[j + 16] = (int8_t)((b.qs[j] >> 4) - 8);
+    }
+};
+template <> struct Unpack<block_q4_1> {
+    static void get(const block_q4_1& b, int8_t* q) {
+        for (int j = 0; j < 16; ++j) q[j] = (int8_t)(b.qs[j] & 15), q[j + 16] = (int8_t)(b.qs[j] >> 4);
+    }
+};
+template <> struct Unpack<block_q5_0> {
+    static void get(const block_q5_0& b, int8_t* q) {
+        for (int j = 0; j < 16; ++j) {
+            q[j] = (int8_t)(((b.qs[j] & 15) | fifth_bit(b.qh, j)) - 16);
+            q[j + 16] = (int8_t)(((b.qs[j] >> 4) | fifth_bit(b.qh, j + 16)) - 16);
+        }
+    }
+};
+template <> struct Unpack<block_q5_1> {
+    static void get(const block_q5_1& b, int8_t* q) {
+        for (int j = 0; j < 16; ++j) {
+            q[j] = (int8_t)((b.qs[j] & 15) | fifth_bit(b.qh, j));
+            q[j + 16] = (int8_t)((b.qs[j] >> 4) | fifth_bit(b.qh, j + 16));
+        }
+    }
+};
+template <> struct Unpack<block_q8_0> {
+    static void get(const block_q8_0& b, int8_t* q) { memcpy(q, b.qs, 32); }
+};
+
+template <class WB> constexpr bool kHasMin = false;
+template <> constexpr bool kHasMin<block_q4_1> = true;
+template <> constexpr bool kHasMin<block_q5_1> = true;
+
+template <class WB, class XB>
+float dot_ref(int64_t n, const void* vw, const void* vx) {
+    const WB* w = (const WB*)vw;
+    const XB* x = (const XB*)vx;
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, summs = 0.0f;
+    int8_t q[32];
+    for (int64_t b = 0; b < n / 32; ++b) {
+        Unpack<WB>::get(w[b], q);
+        const float dd = h2f(w[b].d) * h2f(x[b].d);
+        if constexpr (kHasMin<WB>) summs = fmaf(h2f(w[b].m), h2f(x[b].s), summs);
+        for (int j = 0; j < 8; ++j) {
+            int32_t s = 0;
+            for (int e = 4 * j; e < 4 * j + 4; ++e) s += (int32_t)q[e] * x[b].qs[e];
+            acc[j] = fmaf(dd, (float)s, acc[j]);
+        }
+    }
+    return hsum8(acc) + summs;
+}
+
+typedef float (*DotFn)(int64_t, const void*, const void*);
+
+DotFn ref_fn(GGMLType t) {
+    switch (t) {
+        case GGMLType::Q4_0: return dot_ref<block_q4_0, block_q8_0>;
+        case GGMLType::Q4_1: return dot_ref<block_q4_1, block_q8_1>;
+        case GGMLType::Q5_0: return dot_ref<block_q5_0, block_q8_0>;
+        case GGMLType::Q5_1: return dot_ref<block_q5_1, block_q8_1>;
+        case GGMLType::Q8_0: return dot_ref<block_q8_0, block_q8_0>;
+        default: return nullptr;
+    }
+}
+
+#if LLL_BUILD_AVX512
+// 32 quants of a block in a ymm, as Unpack (signed, or unsigned for the types with a min).
+template <class WB> inline __m256i unpack256(const WB& b);
+inline __m256i nibbles(const uint8_t* qs) {   // low nibbles -> bytes 0..15, high -> 16..31
+    const __m128i v = _mm_loadu_si128((const __m128i*)qs);
+    const __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(v), _mm_srli_epi16(v, 4), 1);
+    return _mm256_and_si256(both, _mm256_set1_epi8(15));
+}
+inline __m256i fifth_bits(const uint8_t* qh) {   // byte e = 16 when bit e of qh is set
+    uint32_t h;
+    memcpy(&h, qh, 4);
+    return _mm256_maskz_mov_epi8((__mmask32)h, _mm256_set1_epi8(16));
+}
+template <> inline __m256i unpack256(const block_q4_0& b) { return _mm256_sub_epi8(nibbles(b.qs), _mm256_set1_epi8(8)); }
+template <> inline __m256i unpack256(const block_q4_1& b) { return nibbles(b.qs); }
+template <> inline __m256i unpack256(const block_q5_0& b) {
+    return _mm256_sub_epi8(_mm256_or_si256(nibbles(b.qs), fifth_bits(b.qh)), _mm256_set1_epi8(16));
+}
+template <> inline __m256i unpack256(const block_q5_1& b) { return _mm256_or_si256(nibbles(b.qs), fifth_bits(b.qh)); }
+template <> inline __m256i unpack256(const block_q8_0& b) { return _mm256_loadu_si256((const __m256i*)b.qs); }
+
+// One weight row against C activation rows: the block is unpacked once, then each row takes
+// one VNNI dot product (8 lanes of 4-element sums, as ggml) and one 8-lane FMA per block.
+template <class WB, class XB, int C>
+void row_tile(int64_t nb, const WB* w, const uint8_t* x, size_t xrb, float* y, int64_t ldy) {
+    __m256 acc[C];
+    float summs[C];
+    for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps(), summs[c] = 0.0f;
+    for (int64_t b = 0; b < nb; ++b) {
+        const __m256i q = unpack256<WB>(w[b]);
+        const float wd = h2f(w[b].d);
+        for (int c = 0; c < C; ++c) {
+            const XB& xb = ((const XB*)(x + c * xrb))[b];
+            const __m256i xq = _mm256_loadu_si256((const __m256i*)xb.qs);
+            __m256i s;
+            if constexpr (kHasMin<WB>) {
+                s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, xq);
+                summs[c] = fmaf(h2f(w[b].m), h2f(xb.s), summs[c]);
+            } else {   // |w| . (x signed as w): the exact products, as ggml's sign trick
+                s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(q, q), _mm256_sign_epi8(xq, q));
+            }
+            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(wd * h2f(xb.d)), _mm256_cvtepi32_ps(s), acc[c]);
+        }
+    }
+    for (int c = 0; c < C; ++c) {
+        alignas(32) float a[8];
+        _mm256_store_ps(a, acc[c]);
+        y[c * ldy] = hsum8(a) + summs[c];
+    }
+}
+
+template <class WB, class XB>
+void rows_avx512(int64_t K, const uint8_t* W, size_t wrb, int64_t n0, int64_t n1, const uint8_t* X,
+                 size_t xrb, int64_t M, float* Y, int64_t ldy) {
+    constexpr int C = 4;
+    const int64_t nb = K / 32;
+    for (int64_t m = 0; m < M; m += C) {
+        const int64_t c = std::min<int64_t>(C, M - m);
+        for (int64_t n = n0; n < n1; ++n) {
+            const WB* w = (const WB*)(W + n * wrb);
+            float* y = Y + m * ldy + n;
+            const uint8_t* x = X + m * xrb;
+            switch (c) {
+                case 4: row_tile<WB, XB, 4>(nb, w, x, xrb, y, ldy); break;
+                case 3: row_tile<WB, XB, 3>(nb, w, x, xrb, y, ldy); break;
+                case 2: row_tile<WB, XB, 2>(nb, w, x, xrb, y, ldy); break;
+                default: row_tile<WB, XB, 1>(nb, w, x, xrb, y, ldy); break;
+            }
+        }
+    }
+}
+
+typedef void (*RowsFn)(int64_t, const uint8_t*, size_t, int64_t, int64_t, const uint8_t*, size_t, int64_t,
+                       float*, int64_t);
+RowsFn fast_fn(GGMLType t) {
+    if (!isa_available(Isa::AVX512)) return nullptr;
+    switch (t) {
+        case GGMLType::Q4_0: return rows_avx512<block_q4_0, block_q8_0>;
+        case GGMLType::Q4_1: return rows_avx512<block_q4_1, block_q8_1>;
+        case GGMLType::Q5_0: return rows_avx512<block_q5_0, block_q8_0>;
+        case GGMLType::Q5_1: return rows_avx512<block_q5_1, block_q8_1>;
+        case GGMLType::Q8_0: return rows_avx512<block_q8_0, block_q8_0>;
+        default: return nullptr;
+    }
+}
+#else
+typedef void (*RowsFn)(int64_t, const uint8_t*, size_t, int64_t, int64_t, const uint8_t*, size_t, int64_t,
+                       float*, int64_t);
+RowsFn fast_fn(GGMLType) { return nullptr; }
+#endif
+
+}  // namespace
+
+float dot_legacy_ref(GGMLType wtype, int64_t n, const void* w, const void* x) {
+    const DotFn f = ref_fn(wtype);
+    if (!f) throw std::invalid_argument("llama.cpp-order dot product: not a legacy block type");
+    if (n % 32) throw std::invalid_argument("llama.cpp-order dot product: n is not a multiple of 32");
+    return f(n, w, x);
+}
+
+void matmul_legacy(ThreadPool& pool, GGMLType wtype, const void* W, int64_t N, int64_t K,
+                   const void* Xq, int64_t M, float* Y, int64_t ldy, bool use_reference) {
+    const DotFn ref = ref_fn(wtype);
+    if (!ref) throw std::invalid_argument("matmul_legacy: not a legacy block type");
+    const TypeTraits& wt = *type_traits(wtype);
+    const TypeTraits& xt = *type_traits(wt.vec_dot_type);
+    const size_t wrb = (size_t)(K / 32 * wt.block_bytes), xrb = (size_t)(K / 32 * xt.block_bytes);
+    const uint8_t* w = (const uint8_t*)W;
+    const uint8_t* x = (const uint8_t*)Xq;
+    const RowsFn fast = use_reference ? nullptr : fast_fn(wtype);
+    // Threads take runs of 16 weight rows from a shared counter; which thread computes a row
+    // changes none of its bits.
+    constexpr int64_t kRun = 16;
+    std::atomic<int64_t> next{0};
+    auto work = [&](int, int) {
+        for (int64_t n0; (n0 = next.fetch_add(kRun, std::memory_order_relaxed)) < N;) {
+            const int64_t n1 = std::min(N, n0 + kRun);
+            if (fast) {
+                fast(K, w, wrb, n0, n1, x, xrb, M, Y, ldy);
+                continue;
+            }
+            for (int64_t m = 0; m < M; ++m)
+                for (int64_t n = n0; n < n1; ++n) Y[m * ldy + n] = ref(K, w + n * wrb, x + m * xrb);
+        }
+    };
+    if (pool.size() > 1 && N * K * M >= (1 << 15) && N > kRun) pool.run(work);
+    else work(0, 1);
+}
+
+}  // namespace ggml_order
+}  // namespace lll
