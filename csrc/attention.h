@@ -35,9 +35,11 @@ void attention(ThreadPool& pool, const KVCache& kv, int layer, const float* q, f
 
 // The same attention in llama.cpp's float order (Numerics::LlamaCpp; attention_ggml.cpp): the
 // q.k and p.V sums follow tinyBLAS when the batch has two or more tokens, ggml's vec_dot_f16
-// when it has one, and the softmax is ggml's.
+// when it has one, and the softmax is ggml's. `reference`: the scalar code the AVX-512 path is
+// held to (bit-identical).
 void attention_ggml(ThreadPool& pool, const KVCache& kv, int layer, const float* q, float* out,
-                    const Batch& b, int n_head, int n_head_kv, int head_dim, float scale, int window);
+                    const Batch& b, int n_head, int n_head_kv, int head_dim, float scale, int window,
+                    bool reference = false);
 
 // The exp used by the softmax (scalar reference of the SIMD exp; exact same operations).
 float attention_exp(float x);

@@ -23,6 +23,9 @@
 
 #include "fp16.h"
 #include "ggml_math.h"
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 namespace lll {
 
@@ -61,7 +64,7 @@ struct RowScratch {
     std::vector<const fp16_t*> k, v;
 };
 
-void attend_row(const KVCache& kv, int layer, const float* q_row, float* out, const Batch& b, int64_t t,
+void attend_row_ref(const KVCache& kv, int layer, const float* q_row, float* out, const Batch& b, int64_t t,
                 int kv_head, int hd, float scale, int window, bool batched, RowScratch& s) {
     const int bs = kv.block_size();
     const int32_t pos = b.positions[t];
@@ -103,21 +106,124 @@ void attend_row(const KVCache& kv, int layer, const float* q_row, float* out, co
     }
 }
 
+#if defined(__AVX512F__) && defined(__AVX512DQ__) && defined(__F16C__)
+#define LLL_ATTN_GGML_AVX512 1
+inline __m512 load16h(const fp16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)p)); }
+inline __m512 round16h(__m512 x) { return _mm512_cvtph_ps(_mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)); }
+inline float reduce16v(__m512 v) {
+    alignas(64) float a[kL];
+    _mm512_store_ps(a, v);
+    return ggml_order::reduce16(a);
+}
+
+// q.k for one key, 16 lanes over d: tinyBLAS (one accumulator) or vec_dot_f16 (four, stride 64).
+inline float qk_avx512(const float* q, const fp16_t* k, int hd, bool tiny) {
+    if (tiny) {
+        __m512 acc = _mm512_setzero_ps();
+        for (int i = 0; i < hd; i += kL) acc = _mm512_fmadd_ps(load16h(k + i), _mm512_load_ps(q + i), acc);
+        return reduce16v(acc);
+    }
+    __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    const int np = hd & ~63;
+    for (int i = 0; i < np; i += 64) {
+        s0 = _mm512_fmadd_ps(load16h(k + i), _mm512_load_ps(q + i), s0);
+        s1 = _mm512_fmadd_ps(load16h(k + i + 16), _mm512_load_ps(q + i + 16), s1);
+        s2 = _mm512_fmadd_ps(load16h(k + i + 32), _mm512_load_ps(q + i + 32), s2);
+        s3 = _mm512_fmadd_ps(load16h(k + i + 48), _mm512_load_ps(q + i + 48), s3);
+    }
+    double s = reduce16v(_mm512_add_ps(_mm512_add_ps(s0, s2), _mm512_add_ps(s1, s3)));
+    for (int i = np; i < hd; ++i) s += (double)(fp16_to_f32(k[i]) * q[i]);
+    return (float)s;
+}
+
+// p.V for 16 output dims [d0, d0 + 16): slot = position mod 16 (tinyBLAS) or mod 64
+// (vec_dot_f16's four accumulators), each slot a sequential FMA chain over its positions.
+void pv_avx512(const RowScratch& s, int32_t start, int32_t pos, int d0, bool tiny, float* out) {
+    alignas(64) float acc[64][kL];
+    const int slots = tiny ? 16 : 64;
+    for (int j = 0; j < slots; ++j) _mm512_store_ps(acc[j], _mm512_setzero_ps());
+    for (int32_t p = start; p <= pos; ++p) {
+        float* a = acc[p % slots];
+        _mm512_store_ps(a, _mm512_fmadd_ps(load16h(s.v[p] + d0), _mm512_set1_ps(s.p[p]), _mm512_load_ps(a)));
+    }
+    // acc[slot][dim] -> lanes per dim: for tinyBLAS the 16 slots are the reduce16 lanes; for
+    // vec_dot_f16 the four 16-slot accumulators are first added (0 + 2, 1 + 3, then together).
+    if (!tiny)
+        for (int l = 0; l < kL; ++l) {
+            const __m512 a02 = _mm512_add_ps(_mm512_load_ps(acc[l]), _mm512_load_ps(acc[32 + l]));
+            const __m512 a13 = _mm512_add_ps(_mm512_load_ps(acc[16 + l]), _mm512_load_ps(acc[48 + l]));
+            _mm512_store_ps(acc[l], _mm512_add_ps(a02, a13));
+        }
+    __m512 t[8], u[4];
+    for (int i = 0; i < 8; ++i) t[i] = _mm512_add_ps(_mm512_load_ps(acc[i + 8]), _mm512_load_ps(acc[i]));
+    for (int i = 0; i < 4; ++i) u[i] = _mm512_add_ps(t[i + 4], t[i]);
+    _mm512_storeu_ps(out + d0, _mm512_add_ps(_mm512_add_ps(u[0], u[2]), _mm512_add_ps(u[1], u[3])));
+}
+
+// attend_row_ref's operations, 16 lanes at a time (head_dim % 16 == 0).
+void attend_row_avx512(const KVCache& kv, int layer, const float* q_row, float* out, const Batch& b, int64_t t,
+                       int kv_head, int hd, float scale, int window, bool batched, RowScratch& s) {
+    const int bs = kv.block_size();
+    const int32_t pos = b.positions[t];
+    const int32_t start = attn_detail::first_visible(pos, window);
+    const int32_t* table = b.block_tables + (int64_t)b.seq_of_token[t] * b.max_blocks;
+    const int32_t n16 = (pos / kL + 1) * kL;
+    s.q.resize(hd + kL), s.w.resize(n16), s.p.resize(n16), s.k.resize(pos + 1), s.v.resize(pos + 1);
+    float* q = (float*)(((uintptr_t)s.q.data() + 63) & ~(uintptr_t)63);
+    for (int d = 0; d < hd; d += kL) _mm512_store_ps(q + d, round16h(_mm512_loadu_ps(q_row + d)));
+    float max = -INFINITY;
+    for (int32_t p = start; p <= pos; ++p) {
+        s.k[p] = kv.k_slot(layer, table[p / bs], p % bs) + kv_head * hd;
+        s.v[p] = kv.v_slot(layer, table[p / bs], p % bs) + kv_head * hd;
+        s.w[p] = qk_avx512(q, s.k[p], hd, batched) * scale;
+        max = std::max(max, s.w[p]);
+    }
+    double sum = 0.0;
+    for (int32_t c0 = start / kL * kL; c0 <= pos; c0 += kL) {
+        const uint32_t lo = (uint32_t)std::max(0, start - c0), hi = (uint32_t)std::min(kL, pos - c0 + 1);
+        const __mmask16 valid = (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1));
+        const __m512 w = _mm512_maskz_loadu_ps(valid, &s.w[c0]);
+        const __m512 e = _mm512_maskz_mov_ps(valid, ggml_order::expf_v16(_mm512_sub_ps(w, _mm512_set1_ps(max))));
+        _mm512_mask_storeu_ps(&s.w[c0], valid, e);
+        sum += (double)reduce16v(e);
+    }
+    const __m512 inv = _mm512_set1_ps((float)(1.0 / sum));
+    for (int32_t c0 = start / kL * kL; c0 <= pos; c0 += kL)
+        _mm512_storeu_ps(&s.p[c0], round16h(_mm512_mul_ps(_mm512_loadu_ps(&s.w[c0]), inv)));
+    for (int d0 = 0; d0 < hd; d0 += kL) pv_avx512(s, start, pos, d0, batched, out);
+}
+#else
+#define LLL_ATTN_GGML_AVX512 0
+#endif
+
 }  // namespace
 
 void attention_ggml(ThreadPool& pool, const KVCache& kv, int layer, const float* q, float* out, const Batch& b,
-                    int n_head, int n_head_kv, int head_dim, float scale, int window) {
+                    int n_head, int n_head_kv, int head_dim, float scale, int window, bool reference) {
     const int64_t rows = b.n_tokens * n_head;
     const int group = n_head / n_head_kv;
     const bool batched = b.n_tokens >= 2;
+#if LLL_ATTN_GGML_AVX512
+    static const bool avx512 = attention_avx512_available();
+    const bool fast = !reference && avx512 && head_dim % kL == 0;
+#else
+    const bool fast = false;
+#endif
     std::atomic<int64_t> next{0};
     auto work = [&](int, int) {
         thread_local RowScratch s;
         for (int64_t r; (r = next.fetch_add(1, std::memory_order_relaxed)) < rows;) {
             const int64_t t = r / n_head;
             const int h = (int)(r % n_head);
-            attend_row(kv, layer, q + r * head_dim, out + r * head_dim, b, t, h / group, head_dim, scale,
-                       window, batched, s);
+#if LLL_ATTN_GGML_AVX512
+            if (fast) {
+                attend_row_avx512(kv, layer, q + r * head_dim, out + r * head_dim, b, t, h / group, head_dim,
+                                  scale, window, batched, s);
+                continue;
+            }
+#endif
+            attend_row_ref(kv, layer, q + r * head_dim, out + r * head_dim, b, t, h / group, head_dim, scale,
+                           window, batched, s);
         }
     };
     if (pool.size() > 1 && rows > 1) pool.run(work);

@@ -22,6 +22,7 @@
 #include "attention.h"
 #include "kv_cache.h"
 #include "matmul.h"
+#include "quants/ggml_legacy.h"
 #include "ops.h"
 #include "quants/bseq.h"
 #include "quants.h"
@@ -147,6 +148,23 @@ py::array_t<float> matmul_py(const py::array& w, int wtype, int64_t N, int64_t K
     const int64_t M = x.shape(0);
     return on_shared_pool(n_threads, M, N, [&](lll::ThreadPool& pool, float* yp) {
         lll::matmul(pool, static_cast<GGMLType>(wtype), wb.data(), N, K, x.data(), M, yp, level);
+    });
+}
+
+// matmul in llama.cpp's float order (Numerics::LlamaCpp): legacy weight types, or the scalar
+// reference of the same order with `reference`.
+py::array_t<float> matmul_llamacpp_py(const py::array& w, int wtype, int64_t N, int64_t K, const F32Array& x,
+                                      int n_threads, bool reference) {
+    const GGMLType t = static_cast<GGMLType>(wtype);
+    const lll::TypeTraits& wt = traits_from_int(wtype);
+    if (!lll::ggml_order::legacy_supported(t))
+        throw std::invalid_argument(std::string("matmul_llamacpp: no llama.cpp-order kernel for ") + wt.name);
+    const U8Array wb = checked_weights("matmul_llamacpp", wt, w, N, K, x);
+    const int64_t M = x.shape(0);
+    return on_shared_pool(n_threads, M, N, [&](lll::ThreadPool& pool, float* yp) {
+        std::vector<uint8_t> xq(lll::act_buffer_bytes(wt.vec_dot_type, M, K));
+        lll::quantize_activations(pool, wt.vec_dot_type, x.data(), M, K, xq.data(), lll::best_isa());
+        lll::ggml_order::matmul_legacy(pool, t, wb.data(), N, K, xq.data(), M, yp, N, reference);
     });
 }
 
@@ -336,6 +354,9 @@ void register_kernels(py::module_& m) {
     m.def("matmul_repacked", &matmul_repacked_py, py::arg("w"), py::arg("wtype"), py::arg("N"), py::arg("K"),
           py::arg("x"), py::arg("n_threads") = 2,
           "matmul with the weight first repacked into 16-row panels (bit-identical to matmul at the best ISA).");
+    m.def("matmul_llamacpp", &matmul_llamacpp_py, py::arg("w"), py::arg("wtype"), py::arg("N"), py::arg("K"),
+          py::arg("x"), py::arg("n_threads") = 2, py::arg("reference") = false,
+          "Y = x . w^T in llama.cpp's float order (legacy block types), or its scalar reference.");
     m.def("geglu", [](const F32Array& g, const F32Array& u, bool reference) {
               return glu_py(lll::geglu, lll::geglu_reference, "geglu", g, u, reference);
           }, py::arg("gate"), py::arg("up"), py::arg("reference") = false,

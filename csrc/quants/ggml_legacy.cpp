@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <stdexcept>
+#include <vector>
 
 #include "../blocks.h"
 #include "../fp16.h"
@@ -120,27 +121,44 @@ template <> inline __m256i unpack256(const block_q5_0& b) {
 template <> inline __m256i unpack256(const block_q5_1& b) { return _mm256_or_si256(nibbles(b.qs), fifth_bits(b.qh)); }
 template <> inline __m256i unpack256(const block_q8_0& b) { return _mm256_loadu_si256((const __m256i*)b.qs); }
 
+// Activation block scales as floats, converted once per matmul instead of once per weight row:
+// xs[2 * (m * nb + b)] = d, [.. + 1] = s (Q8_1's d * sum of quants; 0 for Q8_0).
+template <class XB>
+void act_scales(const uint8_t* X, size_t xrb, int64_t M, int64_t nb, float* xs) {
+    for (int64_t m = 0; m < M; ++m)
+        for (int64_t b = 0; b < nb; ++b) {
+            const XB& xb = ((const XB*)(X + m * xrb))[b];
+            xs[2 * (m * nb + b)] = _cvtsh_ss(xb.d);
+            if constexpr (sizeof(XB) == sizeof(block_q8_1)) xs[2 * (m * nb + b) + 1] = _cvtsh_ss(((const block_q8_1&)xb).s);
+            else xs[2 * (m * nb + b) + 1] = 0.0f;
+        }
+}
+
 // One weight row against C activation rows: the block is unpacked once, then each row takes
 // one VNNI dot product (8 lanes of 4-element sums, as ggml) and one 8-lane FMA per block.
 template <class WB, class XB, int C>
-void row_tile(int64_t nb, const WB* w, const uint8_t* x, size_t xrb, float* y, int64_t ldy) {
+void row_tile(int64_t nb, const WB* w, const uint8_t* x, size_t xrb, const float* xs, float* y, int64_t ldy) {
     __m256 acc[C];
     float summs[C];
     for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps(), summs[c] = 0.0f;
     for (int64_t b = 0; b < nb; ++b) {
         const __m256i q = unpack256<WB>(w[b]);
-        const float wd = h2f(w[b].d);
+        const __m256i aq = _mm256_sign_epi8(q, q);
+        const float wd = _cvtsh_ss(w[b].d);
+        float wm = 0.0f;
+        if constexpr (kHasMin<WB>) wm = _cvtsh_ss(w[b].m);
         for (int c = 0; c < C; ++c) {
             const XB& xb = ((const XB*)(x + c * xrb))[b];
+            const float* sc = xs + 2 * (c * nb + b);
             const __m256i xq = _mm256_loadu_si256((const __m256i*)xb.qs);
             __m256i s;
             if constexpr (kHasMin<WB>) {
                 s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, xq);
-                summs[c] = fmaf(h2f(w[b].m), h2f(xb.s), summs[c]);
+                summs[c] = fmaf(wm, sc[1], summs[c]);
             } else {   // |w| . (x signed as w): the exact products, as ggml's sign trick
-                s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(q, q), _mm256_sign_epi8(xq, q));
+                s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), aq, _mm256_sign_epi8(xq, q));
             }
-            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(wd * h2f(xb.d)), _mm256_cvtepi32_ps(s), acc[c]);
+            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(wd * sc[0]), _mm256_cvtepi32_ps(s), acc[c]);
         }
     }
     for (int c = 0; c < C; ++c) {
@@ -152,42 +170,45 @@ void row_tile(int64_t nb, const WB* w, const uint8_t* x, size_t xrb, float* y, i
 
 template <class WB, class XB>
 void rows_avx512(int64_t K, const uint8_t* W, size_t wrb, int64_t n0, int64_t n1, const uint8_t* X,
-                 size_t xrb, int64_t M, float* Y, int64_t ldy) {
+                 size_t xrb, const float* xs, int64_t M, float* Y, int64_t ldy) {
     constexpr int C = 4;
     const int64_t nb = K / 32;
     for (int64_t m = 0; m < M; m += C) {
         const int64_t c = std::min<int64_t>(C, M - m);
+        const float* xsm = xs + 2 * m * nb;
         for (int64_t n = n0; n < n1; ++n) {
             const WB* w = (const WB*)(W + n * wrb);
             float* y = Y + m * ldy + n;
             const uint8_t* x = X + m * xrb;
             switch (c) {
-                case 4: row_tile<WB, XB, 4>(nb, w, x, xrb, y, ldy); break;
-                case 3: row_tile<WB, XB, 3>(nb, w, x, xrb, y, ldy); break;
-                case 2: row_tile<WB, XB, 2>(nb, w, x, xrb, y, ldy); break;
-                default: row_tile<WB, XB, 1>(nb, w, x, xrb, y, ldy); break;
+                case 4: row_tile<WB, XB, 4>(nb, w, x, xrb, xsm, y, ldy); break;
+                case 3: row_tile<WB, XB, 3>(nb, w, x, xrb, xsm, y, ldy); break;
+                case 2: row_tile<WB, XB, 2>(nb, w, x, xrb, xsm, y, ldy); break;
+                default: row_tile<WB, XB, 1>(nb, w, x, xrb, xsm, y, ldy); break;
             }
         }
     }
 }
 
-typedef void (*RowsFn)(int64_t, const uint8_t*, size_t, int64_t, int64_t, const uint8_t*, size_t, int64_t,
-                       float*, int64_t);
-RowsFn fast_fn(GGMLType t) {
-    if (!isa_available(Isa::AVX512)) return nullptr;
+typedef void (*RowsFn)(int64_t, const uint8_t*, size_t, int64_t, int64_t, const uint8_t*, size_t, const float*,
+                       int64_t, float*, int64_t);
+struct FastFns { RowsFn rows; void (*scales)(const uint8_t*, size_t, int64_t, int64_t, float*); };
+FastFns fast_fn(GGMLType t) {
+    if (!isa_available(Isa::AVX512)) return {nullptr, nullptr};
     switch (t) {
-        case GGMLType::Q4_0: return rows_avx512<block_q4_0, block_q8_0>;
-        case GGMLType::Q4_1: return rows_avx512<block_q4_1, block_q8_1>;
-        case GGMLType::Q5_0: return rows_avx512<block_q5_0, block_q8_0>;
-        case GGMLType::Q5_1: return rows_avx512<block_q5_1, block_q8_1>;
-        case GGMLType::Q8_0: return rows_avx512<block_q8_0, block_q8_0>;
-        default: return nullptr;
+        case GGMLType::Q4_0: return {rows_avx512<block_q4_0, block_q8_0>, act_scales<block_q8_0>};
+        case GGMLType::Q4_1: return {rows_avx512<block_q4_1, block_q8_1>, act_scales<block_q8_1>};
+        case GGMLType::Q5_0: return {rows_avx512<block_q5_0, block_q8_0>, act_scales<block_q8_0>};
+        case GGMLType::Q5_1: return {rows_avx512<block_q5_1, block_q8_1>, act_scales<block_q8_1>};
+        case GGMLType::Q8_0: return {rows_avx512<block_q8_0, block_q8_0>, act_scales<block_q8_0>};
+        default: return {nullptr, nullptr};
     }
 }
 #else
-typedef void (*RowsFn)(int64_t, const uint8_t*, size_t, int64_t, int64_t, const uint8_t*, size_t, int64_t,
-                       float*, int64_t);
-RowsFn fast_fn(GGMLType) { return nullptr; }
+typedef void (*RowsFn)(int64_t, const uint8_t*, size_t, int64_t, int64_t, const uint8_t*, size_t, const float*,
+                       int64_t, float*, int64_t);
+struct FastFns { RowsFn rows; void (*scales)(const uint8_t*, size_t, int64_t, int64_t, float*); };
+FastFns fast_fn(GGMLType) { return {nullptr, nullptr}; }
 #endif
 
 }  // namespace
@@ -208,7 +229,14 @@ void matmul_legacy(ThreadPool& pool, GGMLType wtype, const void* W, int64_t N, i
     const size_t wrb = (size_t)(K / 32 * wt.block_bytes), xrb = (size_t)(K / 32 * xt.block_bytes);
     const uint8_t* w = (const uint8_t*)W;
     const uint8_t* x = (const uint8_t*)Xq;
-    const RowsFn fast = use_reference ? nullptr : fast_fn(wtype);
+    const FastFns ff = use_reference ? FastFns{nullptr, nullptr} : fast_fn(wtype);
+    const RowsFn fast = ff.rows;
+    thread_local std::vector<float> xs;
+    if (fast) {
+        xs.resize((size_t)(2 * M * (K / 32)));
+        ff.scales(x, xrb, M, K / 32, xs.data());
+    }
+    const float* xsp = xs.data();   // thread_local: the workers must use this thread's copy
     // Threads take runs of 16 weight rows from a shared counter; which thread computes a row
     // changes none of its bits.
     constexpr int64_t kRun = 16;
@@ -217,7 +245,7 @@ void matmul_legacy(ThreadPool& pool, GGMLType wtype, const void* W, int64_t N, i
         for (int64_t n0; (n0 = next.fetch_add(kRun, std::memory_order_relaxed)) < N;) {
             const int64_t n1 = std::min(N, n0 + kRun);
             if (fast) {
-                fast(K, w, wrb, n0, n1, x, xrb, M, Y, ldy);
+                fast(K, w, wrb, n0, n1, x, xrb, xsp, M, Y, ldy);
                 continue;
             }
             for (int64_t m = 0; m < M; ++m)
