@@ -45,12 +45,13 @@ def model_path(model_key) -> Path:
 _LLMS: dict = {}
 
 
-def llm_for(key: str, n_ctx: int = 4096):
-    """One loaded LLM per (model, n_ctx) for the whole test session (loading is the slow part)."""
+def llm_for(key: str, n_ctx: int = 4096, numerics: str = "fast"):
+    """One loaded LLM per (model, n_ctx, numerics) for the whole test session (loading is the
+    slow part)."""
     from localllm import LLM
-    if (key, n_ctx) not in _LLMS:
-        _LLMS[(key, n_ctx)] = LLM(str(model_file(key)), n_ctx=n_ctx, seed=0)
-    return _LLMS[(key, n_ctx)]
+    if (key, n_ctx, numerics) not in _LLMS:
+        _LLMS[(key, n_ctx, numerics)] = LLM(str(model_file(key)), n_ctx=n_ctx, seed=0, numerics=numerics)
+    return _LLMS[(key, n_ctx, numerics)]
 
 
 @pytest.fixture(scope="session")

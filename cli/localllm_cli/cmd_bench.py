@@ -7,6 +7,8 @@ import os
 
 from localllm import hub
 
+from .common import add_numerics_arg
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="measure pp/tg tokens per second (llama-bench's method)")
@@ -17,6 +19,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-t", "--threads", type=int, default=None)
     p.add_argument("-r", "--repetitions", type=int, default=5)
     p.add_argument("--json", action="store_true", help="print llama-bench-style JSON")
+    add_numerics_arg(p)
     p.set_defaults(func=run)
 
 
@@ -29,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     for model in args.model or [None]:
         path = hub.resolve_model(model)
         llm = LLM(str(path), n_threads=args.threads, n_ctx=max(args.n_prompt, args.n_gen, 16) + 16,
-                  n_batch=max(args.n_prompt, 1))
+                  n_batch=max(args.n_prompt, 1), numerics=args.numerics)
         n_params = sum(t.n_elements for t in llm.gguf.tensors)
         for r in run_bench(llm, args.n_prompt, args.n_gen, args.repetitions):
             rows.append({

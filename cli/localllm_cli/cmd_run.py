@@ -61,7 +61,7 @@ def load(args: argparse.Namespace):
             raise ValueError(f"--kv-memory {args.kv_memory} MiB holds no KV block ({per_block} bytes each)")
         args.model = str(path)
     return LLM(args.model, n_threads=args.threads, n_ctx=args.ctx_size, max_running=args.parallel,
-               kv_blocks=blocks)
+               kv_blocks=blocks, numerics=args.numerics)
 
 
 def prompt_ids(llm, prompt: str, chat: bool) -> list[int]:

@@ -11,6 +11,13 @@ def add_model_args(p: argparse.ArgumentParser, ctx_default: int = 4096) -> None:
                    help="GGUF file or known model name (default: the default model, pulled on first use)")
     p.add_argument("-t", "--threads", type=int, default=None, help="CPU threads (default: all)")
     p.add_argument("-c", "--ctx-size", type=int, default=ctx_default, help="context length in tokens")
+    add_numerics_arg(p)
+
+
+def add_numerics_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--numerics", choices=["fast", "llama.cpp"], default="fast",
+                   help="float rounding order: fast (default, batch-invariant) or llama.cpp "
+                        "(reproduces llama.cpp's CPU logits bit for bit; slower prompts)")
 
 
 def add_sampling_args(p: argparse.ArgumentParser) -> None:
@@ -38,7 +45,7 @@ def sampling_kwargs(args: argparse.Namespace, n_ctx: int) -> dict:
 
 def load_llm(args: argparse.Namespace):
     from localllm import LLM
-    return LLM(args.model, n_threads=args.threads, n_ctx=args.ctx_size)
+    return LLM(args.model, n_threads=args.threads, n_ctx=args.ctx_size, numerics=args.numerics)
 
 
 def peak_rss_mb() -> float:
