@@ -83,12 +83,13 @@ def worker_llamacpp(path: str, threads: int, n_prompt: int, n_gen: int) -> dict:
     return out
 
 
-def worker_localllm(path: str, threads: int, n_prompt: int, n_gen: int) -> dict:
+def worker_localllm(path: str, threads: int, n_prompt: int, n_gen: int, numerics: str = "fast") -> dict:
     import numpy as np
     from localllm import LLM
     from localllm.bench import bench_generation, bench_prompt
     t0 = time.perf_counter()
-    llm = LLM(path, n_threads=threads, n_ctx=max(n_prompt, n_gen) + 64, n_batch=max(n_prompt, 1))
+    llm = LLM(path, n_threads=threads, n_ctx=max(n_prompt, n_gen) + 64, n_batch=max(n_prompt, 1),
+              numerics=numerics)
     llm.logits([0])
     out = {"load_s": time.perf_counter() - t0}
     rng = np.random.default_rng(0)
@@ -101,7 +102,7 @@ def worker_localllm(path: str, threads: int, n_prompt: int, n_gen: int) -> dict:
 
 def run_worker(python: str, engine: str, path: str, args) -> dict:
     cmd = [python, __file__, "--worker", engine, "--path", path, "-t", str(args.threads),
-           "-p", str(args.n_prompt), "-n", str(args.n_gen)]
+           "-p", str(args.n_prompt), "-n", str(args.n_gen), "--numerics", args.numerics]
     # numpy's OpenBLAS threads (both engines import numpy) spin on the cores the engine uses, at
     # startup and after any BLAS call; localllm turns them off itself, llama-cpp-python does not.
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
@@ -139,12 +140,17 @@ def main() -> int:
     ap.add_argument("-n", "--n-gen", type=int, default=128)
     ap.add_argument("-r", "--repetitions", type=int, default=3)
     ap.add_argument("--json", default=None, help="also write the results to this file")
+    ap.add_argument("--numerics", choices=["fast", "llama.cpp"], default="fast",
+                    help="localllm's float order (llama.cpp: bit-identical logits, slower prompts)")
     ap.add_argument("--worker", choices=["llamacpp", "localllm"], help=argparse.SUPPRESS)
     ap.add_argument("--path", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
-        fn = worker_llamacpp if args.worker == "llamacpp" else worker_localllm
-        print(json.dumps(fn(args.path, args.threads, args.n_prompt, args.n_gen)))
+        if args.worker == "llamacpp":
+            res = worker_llamacpp(args.path, args.threads, args.n_prompt, args.n_gen)
+        else:
+            res = worker_localllm(args.path, args.threads, args.n_prompt, args.n_gen, args.numerics)
+        print(json.dumps(res))
         return 0
 
     from localllm import hub
@@ -177,7 +183,7 @@ def main() -> int:
 
 def print_row(row: dict, args) -> None:
     a, b = row["localllm"], row["llamacpp"]
-    print(f"\n### {row['model']} ({args.threads} threads; decode bound {row['tg_bound']:.1f} t/s "
+    print(f"\n### {row['model']} ({args.threads} threads, localllm numerics {args.numerics}; decode bound {row['tg_bound']:.1f} t/s "
           f"at {row['read_bw_gbs']:.1f} GB/s)")
     print("| test | localllm t/s | llama.cpp t/s | ratio |")
     print("| --- | ---: | ---: | ---: |")
