@@ -24,6 +24,7 @@
 #include "matmul.h"
 #include "ops.h"
 #include "quants/bseq.h"
+#include "quants/ggml_kquant.h"
 #include "quants.h"
 #include "quants/dot_impl.h"
 #include "threadpool.h"
@@ -147,6 +148,16 @@ py::array_t<float> matmul_py(const py::array& w, int wtype, int64_t N, int64_t K
     const int64_t M = x.shape(0);
     return on_shared_pool(n_threads, M, N, [&](lll::ThreadPool& pool, float* yp) {
         lll::matmul(pool, static_cast<GGMLType>(wtype), wb.data(), N, K, x.data(), M, yp, level);
+    });
+}
+
+// Q6_K matmul in llama.cpp's float order (quants/ggml_kquant.h); reference: its scalar code.
+py::array_t<float> matmul_llamacpp_q6k_py(const py::array& w, int64_t N, int64_t K, const F32Array& x,
+                                          int n_threads, bool reference) {
+    const U8Array wb = checked_weights("matmul_llamacpp_q6k", traits_from_int((int)GGMLType::Q6_K), w, N, K, x);
+    const int64_t M = x.shape(0);
+    return on_shared_pool(n_threads, M, N, [&](lll::ThreadPool& pool, float* yp) {
+        lll::ggml_order::matmul_q6_K(pool, wb.data(), N, K, x.data(), M, yp, N, reference);
     });
 }
 
@@ -376,6 +387,10 @@ void register_kernels(py::module_& m) {
     m.def("matmul", &matmul_py, py::arg("w"), py::arg("wtype"), py::arg("N"), py::arg("K"), py::arg("x"),
           py::arg("n_threads") = 2, py::arg("isa") = -1,
           "Y[M, N] = X[M, K] . W[N, K]^T with W raw blocks [N, row_bytes]; activations quantized to the weight's vec_dot_type.");
+    m.def("matmul_llamacpp_q6k", &matmul_llamacpp_q6k_py, py::arg("w"), py::arg("N"), py::arg("K"), py::arg("x"),
+          py::arg("n_threads") = 2, py::arg("reference") = false,
+          "Y[M, N] = X[M, K] . W[N, K]^T for Q6_K W (raw blocks [N, row_bytes]), bit-identical to llama.cpp's CPU "
+          "backend (its M >= 8 tiled order or its vec_dot order); reference: the scalar code.");
     m.def("attention_test", &attention_test_py, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("positions"),
           py::arg("seq_of_token"), py::arg("block_tables"), py::arg("n_blocks"), py::arg("block_size"),
           py::arg("query_rows"), py::arg("scale"), py::arg("window") = 0, py::arg("kernel") = -1,
