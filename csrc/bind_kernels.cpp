@@ -25,6 +25,7 @@
 #include "quants/ggml_legacy.h"
 #include "ops.h"
 #include "quants/bseq.h"
+#include "quants/ggml_kquant.h"
 #include "quants.h"
 #include "quants/dot_impl.h"
 #include "threadpool.h"
@@ -403,6 +404,10 @@ void register_kernels(py::module_& m) {
     m.def("matmul", &matmul_py, py::arg("w"), py::arg("wtype"), py::arg("N"), py::arg("K"), py::arg("x"),
           py::arg("n_threads") = 2, py::arg("isa") = -1,
           "Y[M, N] = X[M, K] . W[N, K]^T with W raw blocks [N, row_bytes]; activations quantized to the weight's vec_dot_type.");
+    m.def("matmul_llamacpp_q6k", &matmul_llamacpp_q6k_py, py::arg("w"), py::arg("N"), py::arg("K"), py::arg("x"),
+          py::arg("n_threads") = 2, py::arg("reference") = false,
+          "Y[M, N] = X[M, K] . W[N, K]^T for Q6_K W (raw blocks [N, row_bytes]), bit-identical to llama.cpp's CPU "
+          "backend (its M >= 8 tiled order or its vec_dot order); reference: the scalar code.");
     m.def("attention_test", &attention_test_py, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("positions"),
           py::arg("seq_of_token"), py::arg("block_tables"), py::arg("n_blocks"), py::arg("block_size"),
           py::arg("query_rows"), py::arg("scale"), py::arg("window") = 0, py::arg("kernel") = -1,
