@@ -24,6 +24,7 @@
 #include "matmul.h"
 #include "ops.h"
 #include "quants/bseq.h"
+#include "quants/ggml_kquant.h"
 #include "quants.h"
 #include "quants/dot_impl.h"
 #include "threadpool.h"
@@ -166,6 +167,20 @@ py::array_t<float> matmul_repacked_py(const py::array& w, int wtype, int64_t N, 
         lll::quantize_activations(pool, wt.vec_dot_type, x.data(), M, K, xq.data(), lll::best_isa());
         lll::matmul_q_repacked(pool, t, r.data(), N, K, xq.data(), M, yp, N);
     });
+}
+
+// llama.cpp's Q4_K matmul (quants/ggml_kquant.h) on f32 activations: [M, N], or False where
+// llama.cpp would not run the shape through its repacked kernels (N % 8 != 0).
+py::object matmul_llamacpp_q4k_py(const py::array& w, int64_t N, int64_t K, const F32Array& x, int n_threads,
+                                  bool reference) {
+    const U8Array wb = checked_weights("matmul_llamacpp_q4k", traits_from_int((int)GGMLType::Q4_K), w, N, K, x);
+    const int64_t M = x.shape(0);
+    bool ok = true;
+    py::array_t<float> y = on_shared_pool(n_threads, M, N, [&](lll::ThreadPool& pool, float* yp) {
+        ok = lll::ggml_order::matmul_q4_K(pool, wb.data(), N, K, x.data(), M, yp, N, reference);
+    });
+    if (!ok) return py::bool_(false);
+    return std::move(y);
 }
 
 // A gated activation (act(gate) * up) through the model's path (SIMD where compiled) or its
@@ -336,6 +351,10 @@ void register_kernels(py::module_& m) {
     m.def("matmul_repacked", &matmul_repacked_py, py::arg("w"), py::arg("wtype"), py::arg("N"), py::arg("K"),
           py::arg("x"), py::arg("n_threads") = 2,
           "matmul with the weight first repacked into 16-row panels (bit-identical to matmul at the best ISA).");
+    m.def("matmul_llamacpp_q4k", &matmul_llamacpp_q4k_py, py::arg("w"), py::arg("N"), py::arg("K"), py::arg("x"),
+          py::arg("n_threads") = 2, py::arg("reference") = false,
+          "Y[M, N] for Q4_K rows w [N, row_bytes] and f32 x [M, K] in llama.cpp's exact float order "
+          "(reference: the scalar code); False when N % 8 != 0.");
     m.def("geglu", [](const F32Array& g, const F32Array& u, bool reference) {
               return glu_py(lll::geglu, lll::geglu_reference, "geglu", g, u, reference);
           }, py::arg("gate"), py::arg("up"), py::arg("reference") = false,
