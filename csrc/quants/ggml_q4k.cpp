@@ -22,10 +22,11 @@
 // Each output has its own accumulators (a SIMD lane of ggml's, no horizontal sums), so the
 // result depends only on the two rows and on which kernel the activation row's position picks.
 //
-// Here: dot_ref is that order in scalar code. The AVX-512 path computes the same integers with
-// VNNI and the same float steps: for M >= 4 it copies 16 weight rows at a time into a panel
-// (lane r = row r) and runs 4 activation rows per pass; for M < 4 (decode) it reads the GGUF
-// rows directly, one weight row against up to 3 activation rows.
+// Here: dot_ref is that order in scalar code. The AVX-512 path computes the same integers (any
+// grouping of an exact integer sum will do) and the same float steps: for M >= 4 it copies 16
+// weight rows at a time into a panel (lane r = row r, VNNI dot products) and runs 4 activation
+// rows per pass; for M < 4 (decode) it reads the GGUF rows directly, one weight row against up
+// to 3 activation rows.
 #include "ggml_kquant.h"
 
 #include <math.h>
@@ -64,6 +65,17 @@ inline void scale_min(const uint8_t* q, int j, int* sc, int* m) {
         *sc = (q[j + 4] & 15) | ((q[j - 4] >> 6) << 4);
         *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
     }
+}
+
+// Scales (bytes 0..7 of *sc) and mins (of *mn) of the 8 sub-blocks, all at once (= scale_min).
+inline void unpack_scales(const uint8_t* q, uint64_t* sc, uint64_t* mn) {
+    uint32_t u[3];
+    memcpy(u, q, 12);
+    const uint32_t k6 = 0x3f3f3f3f, k4 = 0x0f0f0f0f, k2 = 0x03030303;
+    const uint32_t s_hi = (u[2] & k4) | (((u[0] >> 6) & k2) << 4);
+    const uint32_t m_hi = ((u[2] >> 4) & k4) | (((u[1] >> 6) & k2) << 4);
+    *sc = (u[0] & k6) | (uint64_t)s_hi << 32;
+    *mn = (u[1] & k6) | (uint64_t)m_hi << 32;
 }
 
 // Rows [0, gemm_rows(M)) go through ggml's gemm, the rest through its gemv.
@@ -122,10 +134,11 @@ void repack_panel(const uint8_t* W, size_t wrb, int64_t n0, int64_t rows, int64_
         if (rows < kPanel) memset(&p, 0, sizeof(p));
         for (int64_t r = 0; r < rows; ++r) {
             const block_q4_K& blk = ((const block_q4_K*)(W + (n0 + r) * wrb))[b];
-            p.d[r] = fp16_to_f32(blk.d), p.dmin[r] = fp16_to_f32(blk.dmin);
-            int m[8];
-            for (int j = 0; j < 8; ++j) scale_min(blk.scales, j, &p.sc[j][r], &m[j]);
-            for (int c = 0; c < 4; ++c) p.mins[c][r] = m[2 * c] | (m[2 * c + 1] << 16);
+            p.d[r] = _cvtsh_ss(blk.d), p.dmin[r] = _cvtsh_ss(blk.dmin);
+            uint64_t sc, mn;
+            unpack_scales(blk.scales, &sc, &mn);
+            for (int j = 0; j < 8; ++j) p.sc[j][r] = (int32_t)((sc >> (8 * j)) & 0xff);
+            for (int c = 0; c < 4; ++c) p.mins[c][r] = (int32_t)(((mn >> (16 * c)) & 0xff) | ((mn >> (16 * c + 8)) & 0xff) << 16);
             for (int c = 0; c < 4; ++c)
                 for (int t = 0; t < 8; ++t) memcpy(&p.qs[c][t][4 * r], blk.qs + 32 * c + 4 * t, 4);
         }
@@ -215,35 +228,45 @@ void panel_all_rows(const PanelBlock* P, int64_t nb, const uint8_t* X, size_t xr
 }
 
 // Decode-sized batches (M < 4: every row is a gemv row): one GGUF weight row against C
-// activation rows, no repacking. A vector holds 64 elements (sub-blocks 2c and 2c+1 in its
-// halves); lanes are scaled before the exact horizontal sum, which gives S_0 + ... + S_7.
+// activation rows, no repacking. A vector holds 64 elements, sub-blocks 2h and 2h+1 in its
+// halves: vpmaddubsw forms pair sums (at most 2 * 15 * 127, no saturation), vpmaddwd scales them
+// by the sub-block's 6-bit scale into exact int32 lanes, and one horizontal sum per superblock
+// gives S_0 + ... + S_7.
 template <int C>
 void row_gemv(const block_q4_K* w, int64_t nb, const block_q8_K* const* x, float* y, int64_t ldy) {
-    const __m256i m4 = _mm256_set1_epi8(15);
+    const __m512i m4 = _mm512_set1_epi8(15);
+    const __m512i nibble_shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
+    __m512i scale_idx[4];   // int16 lane i of chunk h's scale vector <- scale byte 2h + (i >= 16)
+    for (int h = 0; h < 4; ++h)
+        scale_idx[h] = _mm512_inserti64x4(_mm512_set1_epi16((short)(2 * h)), _mm256_set1_epi16((short)(2 * h + 1)), 1);
     float acc[C], accm[C];
     for (int c = 0; c < C; ++c) acc[c] = accm[c] = 0.0f;
     for (int64_t b = 0; b < nb; ++b) {
         const block_q4_K& blk = w[b];
-        int sc[8], mn[8];
-        for (int j = 0; j < 8; ++j) scale_min(blk.scales, j, &sc[j], &mn[j]);
+        uint64_t sc, mn;
+        unpack_scales(blk.scales, &sc, &mn);
+        const __m512i sc8 = _mm512_set1_epi64((long long)sc);
         __m512i V[C];
         for (int c = 0; c < C; ++c) V[c] = _mm512_setzero_si512();
         for (int h = 0; h < 4; ++h) {
-            const __m256i q = _mm256_loadu_si256((const __m256i*)(blk.qs + 32 * h));
-            const __m512i wv = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(q, m4)),
-                                                  _mm256_and_si256(_mm256_srli_epi16(q, 4), m4), 1);
-            const __m512i sv = _mm512_inserti64x4(_mm512_set1_epi32(sc[2 * h]), _mm256_set1_epi32(sc[2 * h + 1]), 1);
+            const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i*)(blk.qs + 32 * h)));
+            const __m512i wv = _mm512_and_si512(_mm512_srlv_epi16(q, nibble_shift), m4);
+            const __m512i sv = _mm512_maskz_permutexvar_epi8(0x5555555555555555ull, scale_idx[h], sc8);
             for (int c = 0; c < C; ++c) {
-                const __m512i xv = _mm512_loadu_si512(x[c][b].qs + 64 * h);
-                V[c] = _mm512_add_epi32(V[c], _mm512_mullo_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), wv, xv), sv));
+                const __m512i p = _mm512_maddubs_epi16(wv, _mm512_loadu_si512(x[c][b].qs + 64 * h));
+                V[c] = _mm512_add_epi32(V[c], _mm512_madd_epi16(p, sv));
             }
         }
-        const float dw = fp16_to_f32(blk.d), dmw = fp16_to_f32(blk.dmin);
+        const __m128i mins = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mn));
+        const float dw = _cvtsh_ss(blk.d), dmw = _cvtsh_ss(blk.dmin);
         for (int c = 0; c < C; ++c) {
-            int32_t bm = 0;
-            for (int j = 0; j < 8; ++j) bm += mn[j] * sub_sum(x[c][b], j);
+            const int16_t* bs = x[c][b].bsums;   // pairs of sums of 16 -> the 8 sub-block sums
+            const __m128i sub = _mm_hadd_epi16(_mm_loadu_si128((const __m128i*)bs), _mm_loadu_si128((const __m128i*)(bs + 8)));
+            __m128i mt = _mm_madd_epi16(mins, sub);
+            mt = _mm_add_epi32(mt, _mm_shuffle_epi32(mt, 0x4e));
+            mt = _mm_add_epi32(mt, _mm_shuffle_epi32(mt, 0xb1));
             acc[c] = fmaf((float)_mm512_reduce_add_epi32(V[c]), dw * x[c][b].d, acc[c]);
-            accm[c] = fmaf((float)bm, dmw * x[c][b].d, accm[c]);
+            accm[c] = fmaf((float)_mm_cvtsi128_si32(mt), dmw * x[c][b].d, accm[c]);
         }
     }
     for (int c = 0; c < C; ++c) y[c * ldy] = acc[c] - accm[c];
