@@ -22,10 +22,9 @@
 #include "attention.h"
 #include "kv_cache.h"
 #include "matmul.h"
-#include "quants/ggml_legacy.h"
+#include "quants/ggml_order.h"
 #include "ops.h"
 #include "quants/bseq.h"
-#include "quants/ggml_kquant.h"
 #include "quants.h"
 #include "quants/dot_impl.h"
 #include "threadpool.h"
@@ -152,20 +151,19 @@ py::array_t<float> matmul_py(const py::array& w, int wtype, int64_t N, int64_t K
     });
 }
 
-// matmul in llama.cpp's float order (Numerics::LlamaCpp): legacy weight types, or the scalar
+// matmul in llama.cpp's float order (Numerics::LlamaCpp; quants/ggml_order.h), or the scalar
 // reference of the same order with `reference`.
 py::array_t<float> matmul_llamacpp_py(const py::array& w, int wtype, int64_t N, int64_t K, const F32Array& x,
                                       int n_threads, bool reference) {
     const GGMLType t = static_cast<GGMLType>(wtype);
     const lll::TypeTraits& wt = traits_from_int(wtype);
-    if (!lll::ggml_order::legacy_supported(t))
-        throw std::invalid_argument(std::string("matmul_llamacpp: no llama.cpp-order kernel for ") + wt.name);
+    if (!lll::ggml_order::supported(t, N))
+        throw std::invalid_argument(std::string("matmul_llamacpp: no llama.cpp-order kernel for ") + wt.name +
+                                    " weights of " + std::to_string(N) + " rows");
     const U8Array wb = checked_weights("matmul_llamacpp", wt, w, N, K, x);
     const int64_t M = x.shape(0);
     return on_shared_pool(n_threads, M, N, [&](lll::ThreadPool& pool, float* yp) {
-        std::vector<uint8_t> xq(lll::act_buffer_bytes(wt.vec_dot_type, M, K));
-        lll::quantize_activations(pool, wt.vec_dot_type, x.data(), M, K, xq.data(), lll::best_isa());
-        lll::ggml_order::matmul_legacy(pool, t, wb.data(), N, K, xq.data(), M, yp, N, reference);
+        lll::ggml_order::matmul(pool, t, wb.data(), N, K, x.data(), M, yp, N, reference);
     });
 }
 
@@ -363,7 +361,7 @@ void register_kernels(py::module_& m) {
           "matmul with the weight first repacked into 16-row panels (bit-identical to matmul at the best ISA).");
     m.def("matmul_llamacpp", &matmul_llamacpp_py, py::arg("w"), py::arg("wtype"), py::arg("N"), py::arg("K"),
           py::arg("x"), py::arg("n_threads") = 2, py::arg("reference") = false,
-          "Y = x . w^T in llama.cpp's float order (legacy block types), or its scalar reference.");
+          "Y = x . w^T in llama.cpp's float order (legacy types, Q4_K, Q6_K), or its scalar reference.");
     m.def("geglu", [](const F32Array& g, const F32Array& u, bool reference) {
               return glu_py(lll::geglu, lll::geglu_reference, "geglu", g, u, reference);
           }, py::arg("gate"), py::arg("up"), py::arg("reference") = false,
@@ -404,10 +402,6 @@ void register_kernels(py::module_& m) {
     m.def("matmul", &matmul_py, py::arg("w"), py::arg("wtype"), py::arg("N"), py::arg("K"), py::arg("x"),
           py::arg("n_threads") = 2, py::arg("isa") = -1,
           "Y[M, N] = X[M, K] . W[N, K]^T with W raw blocks [N, row_bytes]; activations quantized to the weight's vec_dot_type.");
-    m.def("matmul_llamacpp_q6k", &matmul_llamacpp_q6k_py, py::arg("w"), py::arg("N"), py::arg("K"), py::arg("x"),
-          py::arg("n_threads") = 2, py::arg("reference") = false,
-          "Y[M, N] = X[M, K] . W[N, K]^T for Q6_K W (raw blocks [N, row_bytes]), bit-identical to llama.cpp's CPU "
-          "backend (its M >= 8 tiled order or its vec_dot order); reference: the scalar code.");
     m.def("attention_test", &attention_test_py, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("positions"),
           py::arg("seq_of_token"), py::arg("block_tables"), py::arg("n_blocks"), py::arg("block_size"),
           py::arg("query_rows"), py::arg("scale"), py::arg("window") = 0, py::arg("kernel") = -1,

@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <stdexcept>
 #include "matmul.h"
-#include "quants/ggml_legacy.h"
+#include "quants/ggml_order.h"
 #include "ops.h"
 #include "models/layer_blocks.h"
 
@@ -47,7 +47,7 @@ void Model::repack_layer_weights() {
     size_t total = 0;
     for (WeightRef* w : todo) {
         if (!w->present() || !can_repack(w->type, isa_)) continue;
-        if (numerics_ == Numerics::LlamaCpp && ggml_order::legacy_supported(w->type)) continue;   // GGUF rows
+        if (numerics_ == Numerics::LlamaCpp && ggml_order::supported(w->type, w->ne1)) continue;   // GGUF rows
         chosen.push_back(w);
         offset.push_back(total);
         total += (repacked_bytes(w->type, w->ne1, w->ne0) + 63) / 64 * 64;
@@ -198,7 +198,7 @@ void Model::forward(const Batch& b, float* logits) {
     for (int64_t r = 0; r < b.n_out; ++r)
         rms_norm(x + (int64_t)b.output_rows[r] * D, w_.output_norm.f32(), h + r * D, D, hp_.norm_eps);
     const WeightRef& out = w_.output;                        // logits [n_out, n_vocab]
-    if (out.repacked || (numerics_ == Numerics::LlamaCpp && ggml_order::legacy_supported(out.type)))
+    if (out.repacked || (numerics_ == Numerics::LlamaCpp && ggml_order::supported(out.type, out.ne1)))
         linear(*this, out, h, b.n_out, logits, nullptr);
     else matmul(*pool_, out.type, out.data, out.ne1, out.ne0, h, b.n_out, logits, isa_);
 }

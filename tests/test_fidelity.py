@@ -114,7 +114,7 @@ def test_greedy_continuations(model):
 
 # numerics="llama.cpp": every op in llama.cpp's own float order (docs/fidelity.md). For the models
 # listed here every weight type has such a kernel, and the logits are llama.cpp's to the bit.
-BIT_EXACT = {"smollm2-135m-q4_1"}
+BIT_EXACT = {"smollm2-135m-q4_1", "gemma3-270m-q4_k_m", "qwen2.5-coder-0.5b-q4_k_m"}
 
 
 @pytest.mark.parametrize("model", ["smollm2-135m-q4_1", "gemma3-270m-q4_k_m", "qwen2.5-coder-0.5b-q4_k_m"])

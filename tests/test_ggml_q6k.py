@@ -39,8 +39,8 @@ def activations(rng: np.random.Generator, m: int, k: int) -> np.ndarray:
 
 
 def both_paths(w: np.ndarray, n: int, k: int, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    fast = _core.matmul_llamacpp_q6k(w, n, k, x, n_threads=2)
-    ref = _core.matmul_llamacpp_q6k(w, n, k, x, n_threads=2, reference=True)
+    fast = _core.matmul_llamacpp(w, Q6_K, n, k, x, n_threads=2)
+    ref = _core.matmul_llamacpp(w, Q6_K, n, k, x, n_threads=2, reference=True)
     return fast, ref
 
 
@@ -78,7 +78,7 @@ def test_reference_is_the_product(gemma_q6k_rows, m):
     """Whatever the order, the result is W . x up to Q8_K rounding of x."""
     w, k = gemma_q6k_rows
     x = activations(np.random.default_rng(300 + m), m, k)
-    ref = _core.matmul_llamacpp_q6k(w, w.shape[0], k, x, reference=True)
+    ref = _core.matmul_llamacpp(w, Q6_K, w.shape[0], k, x, reference=True)
     exact = x.astype(np.float64) @ dequantize(w, T.Q6_K).astype(np.float64).T
     scale = np.abs(x).max(axis=1, keepdims=True) * np.abs(dequantize(w, T.Q6_K)).sum(axis=1)[None, :]
     assert np.all(np.abs(ref - exact) <= 0.01 * scale)
@@ -87,13 +87,13 @@ def test_reference_is_the_product(gemma_q6k_rows, m):
 def test_thread_split_changes_no_bits(gemma_q6k_rows):
     w, k = gemma_q6k_rows
     x = activations(np.random.default_rng(7), 13, k)
-    one = _core.matmul_llamacpp_q6k(w, w.shape[0], k, x, n_threads=1)
-    np.testing.assert_array_equal(one.view(np.uint32), _core.matmul_llamacpp_q6k(w, w.shape[0], k, x, n_threads=2).view(np.uint32))
+    one = _core.matmul_llamacpp(w, Q6_K, w.shape[0], k, x, n_threads=1)
+    np.testing.assert_array_equal(one.view(np.uint32), _core.matmul_llamacpp(w, Q6_K, w.shape[0], k, x, n_threads=2).view(np.uint32))
 
 
 def test_rejects_bad_shapes():
     w = np.zeros((2, BLOCK_BYTES), np.uint8)
     with pytest.raises(ValueError):
-        _core.matmul_llamacpp_q6k(w, 2, 256, np.zeros((1, 128), np.float32))
+        _core.matmul_llamacpp(w, Q6_K, 2, 256, np.zeros((1, 128), np.float32))
     with pytest.raises(ValueError):
-        _core.matmul_llamacpp_q6k(w, 3, 256, np.zeros((1, 256), np.float32))
+        _core.matmul_llamacpp(w, Q6_K, 3, 256, np.zeros((1, 256), np.float32))

@@ -90,10 +90,10 @@ def test_legacy_matmul_is_ggmls_order(name):
         assert np.array_equal(fast.view(np.uint32), ref.view(np.uint32)), f"{name} M={M}: fast vs reference"
 
 
-def test_legacy_matmul_rejects_other_types():
-    w = np.zeros((16, 144), np.uint8)
-    with pytest.raises(ValueError, match="no llama.cpp-order kernel"):
-        _core.matmul_llamacpp(w, 12, 16, 256, np.zeros((1, 256), f32))
+def test_matmul_llamacpp_rejects_types_without_a_kernel():
+    w = np.zeros((16, 176), np.uint8)          # Q5_K: no llama.cpp-order kernel yet
+    with pytest.raises(ValueError, match="no llama.cpp-order kernel for Q5_K"):
+        _core.matmul_llamacpp(w, 13, 16, 256, np.zeros((1, 256), f32))
 
 
 def _expf_ggml(x: np.ndarray) -> np.ndarray:

@@ -1,5 +1,5 @@
 // ggml_q6k.cpp — Q6_K weight x f32 activation matmul in llama.cpp's exact float order
-// (ggml_kquant.h), for its x86 CPU backend built with AVX-512.
+// (ggml_order.h), for its x86 CPU backend built with AVX-512.
 //
 // llama.cpp first rounds every activation row to Q8_K (per 256 elements: an f32 scale d_x, 256
 // int8 quants x, and bsums, the sums of each 16 of them). Below, q[e] are a weight block's 6-bit
@@ -27,7 +27,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
-#include "ggml_kquant.h"
+#include "ggml_order.h"
 
 #include <math.h>
 #include <string.h>
