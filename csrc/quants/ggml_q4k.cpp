@@ -42,13 +42,6 @@
 #include "../matmul.h"
 #include "dot_impl.h"
 
-// GCC 12 reports the undefined upper lanes inside its own AVX-512 intrinsic headers as
-// uninitialized wherever they are inlined (the false positive CMakeLists.txt silences for the
-// files it names).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
 
 namespace lll {
 namespace ggml_order {

@@ -20,13 +20,6 @@
 //     acc[l] = fmaf(d_x * d_w, (float)S[l], acc[l]);   y = hsum8(acc)   (ggml_math.h)
 //
 // Either way an output depends on its two rows only: not on the tiling or the thread split.
-// GCC 12 takes the deliberately undefined upper lanes inside its own AVX-512 intrinsic headers
-// for uninitialized values wherever they are inlined (a false positive; CMakeLists.txt silences
-// it the same way for the other SIMD files).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
 #include "ggml_order.h"
 
 #include <math.h>
