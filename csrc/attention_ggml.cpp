@@ -207,7 +207,7 @@ void attention_ggml(ThreadPool& pool, const KVCache& kv, int layer, const float*
     static const bool avx512 = attention_avx512_available();
     const bool fast = !reference && avx512 && head_dim % kL == 0;
 #else
-    const bool fast = false;
+    (void)reference;   // the scalar code is the only path
 #endif
     std::atomic<int64_t> next{0};
     auto work = [&](int, int) {
