@@ -9,19 +9,21 @@ import pytest
 
 from conftest import REFERENCE, greedy_rows, llm_for
 
-# Teacher-forced top-1 agreement with llama.cpp, per model. The issue asks 0.995; we measure
-# 0.968-0.988. Both engines compute the same quantized math but round in a different order (SIMD
-# lane order, ggml's approximate exp/silu), and 20-30 layers amplify one-ulp differences until an
-# int8 activation rounds the other way: llama.cpp itself agrees with an exact float64 forward
-# of the same weights on only ~98% of positions (docs/fidelity.md). Positions that flip are
-# near-ties (asserted: llama.cpp's own top-1 beats its logit of our token by at most
-# TOP1_FLIP_GAP, where a bug would flip clear winners); the KL bound below is the tight check.
+# Fast numerics (the default). Teacher-forced top-1 agreement with llama.cpp, per model: the
+# issue's 0.995 is met by numerics="llama.cpp" (bit-identical logits, tested below); the fast
+# kernels compute the same quantized math in another rounding order and measure 0.971-0.991.
+# 20-30 layers amplify one-ulp differences until an int8 activation rounds the other way:
+# llama.cpp itself agrees with an exact float64 forward of the same weights on only ~98% of
+# positions (docs/fidelity.md). Positions that flip are near-ties (asserted: llama.cpp's own
+# top-1 beats its logit of our token by at most TOP1_FLIP_GAP, where a bug would flip clear
+# winners); the KL bound below is the tight check.
 TOP1_MIN = 0.96
 TOP1_FLIP_GAP = 1.0
 KL_MAX = 0.005          # mean KL(llama.cpp || ours) restricted to llama.cpp's top 64, per model
-# Of the 6 prompts per model, identical 48-token greedy continuations. The issue asks 5; for the
-# reason above (docs/fidelity.md) continuations part where llama.cpp's top two are nearly tied, so
-# we require 2 identical and that every divergence starts at such a near-tie.
+# Of the 6 prompts per model, identical 48-token greedy continuations. The issue asks 5 (met, 6/6,
+# by the llama.cpp numerics); for the reason above the fast numerics' continuations part where
+# llama.cpp's top two are nearly tied, so we require 2 identical and that every divergence starts
+# at such a near-tie.
 GREEDY_MIN_EXACT = 2
 NEAR_TIE = 0.5          # logits: llama.cpp's own top-1 minus its logit of the token we chose (~3x our
                         # mean logit deviation from llama.cpp on gemma3, the noisiest of the three)
