@@ -52,7 +52,7 @@ static void validate_batch(Model& m, const Batch& b) {
 }
 
 static py::array_t<float> forward(Model& m, I32 tokens, I32 positions, I32 seq_of_token,
-                                  I32 block_tables, I32 output_rows) {
+                                  I32 block_tables, I32 output_rows, py::object out_obj) {
     if (tokens.ndim() != 1 || positions.ndim() != 1 || seq_of_token.ndim() != 1 || output_rows.ndim() != 1)
         throw std::invalid_argument("tokens, positions, seq_of_token and output_rows must be 1-D");
     if (block_tables.ndim() != 2) throw std::invalid_argument("block_tables must be 2-D [n_seqs, max_blocks]");
@@ -66,7 +66,20 @@ static py::array_t<float> forward(Model& m, I32 tokens, I32 positions, I32 seq_o
     b.block_tables = block_tables.data(); b.n_seqs = block_tables.shape(0); b.max_blocks = block_tables.shape(1);
     b.output_rows = output_rows.data(); b.n_out = output_rows.shape(0);
     validate_batch(m, b);
-    py::array_t<float> logits({b.n_out, (int64_t)m.hparams().n_vocab});
+    const int64_t n_vocab = m.hparams().n_vocab;
+    py::array_t<float> logits;
+    if (out_obj.is_none()) {
+        logits = py::array_t<float>({b.n_out, n_vocab});
+    } else {   // the caller's buffer (the engine reuses one: a fresh 16 x 262k array per step
+               // costs a page-fault and clearing pass over 16 MB)
+        if (!py::isinstance<py::array_t<float>>(out_obj))
+            throw std::invalid_argument("out must be a float32 array");
+        logits = out_obj.cast<py::array_t<float>>();
+        if (logits.ndim() != 2 || logits.shape(0) != b.n_out || logits.shape(1) != n_vocab ||
+            !(logits.flags() & py::array::c_style) || !logits.writeable())
+            throw std::invalid_argument("out must be a writeable C-contiguous float32 array of shape [" +
+                                        std::to_string(b.n_out) + ", " + std::to_string(n_vocab) + "]");
+    }
     float* out = logits.mutable_data();
     {
         py::gil_scoped_release release;
@@ -96,8 +109,9 @@ void register_model(py::module_& m) {
         .def_property_readonly("kv_bytes", [](Model& self) { return self.kv().bytes(); })
         .def_property_readonly("isa", [](const Model& self) { return isa_name(self.isa()); })
         .def("forward", &forward, py::arg("tokens"), py::arg("positions"), py::arg("seq_of_token"),
-             py::arg("block_tables"), py::arg("output_rows"),
-             "Run one batch; returns float32 logits [len(output_rows), n_vocab].")
+             py::arg("block_tables"), py::arg("output_rows"), py::arg("out") = py::none(),
+             "Run one batch; returns float32 logits [len(output_rows), n_vocab] (written into `out` "
+             "when given, a C-contiguous float32 array of that shape).")
         .def("copy_block", [](Model& self, int64_t src, int64_t dst) { self.kv().copy_block(src, dst); },
              py::arg("src"), py::arg("dst"), "Copy one KV block's contents in every layer (copy-on-write).");
     m.def("supported_architectures", &supported_archs);

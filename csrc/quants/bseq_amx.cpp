@@ -43,6 +43,8 @@ struct TileConfig {
 #define kC2 3
 #define kA16 4
 #define kB16 5
+#define kA2 6     // a second unit in flight (legacy types)
+#define kB2 7
 
 void configure_tiles() {
     alignas(64) TileConfig cfg = {};
@@ -54,7 +56,17 @@ void configure_tiles() {
     set(kC2, 16, 64);
     set(kA16, 16, 16);    // Q6_K: half units of 16 elements
     set(kB16, 4, 64);
+    set(kA2, 16, 32);
+    set(kB2, 8, 64);
     _tile_loadconfig(&cfg);
+}
+
+// The configuration stays loaded for the thread's life: reloading it for every panel cost more
+// than the tile work of a small panel. (A thread's tile state is then saved on context switches,
+// 8 KiB; the pool's threads live as long as the model.)
+void ensure_tiles_configured() {
+    thread_local bool configured = false;
+    if (!configured) configure_tiles(), configured = true;
 }
 
 inline __m512 neg(__m512 v) { return _mm512_xor_ps(v, _mm512_set1_ps(-0.0f)); }
@@ -81,19 +93,47 @@ inline void half_tiles(const ActPack& a, int64_t m, const Panel& P, int64_t u, i
     _tile_stored(kC2, c1, 64);
 }
 
+// Unit sums of two consecutive units at once, on separate tiles: the second unit's loads and
+// dot product overlap the first one's store and fold (with one tile set each unit waited for the
+// previous unit's store: the tile pipeline's latency, not its throughput, set the pace).
+inline void unit_tiles2(const ActPack& a, int64_t m, const Panel& P, int64_t u, int32_t* c0, int32_t* c1) {
+    _tile_zero(kC);
+    _tile_zero(kC2);
+    _tile_loadd(kA, a.q + m * a.K + 32 * u, a.K);
+    _tile_loadd(kB, P.q + u * 512, 64);
+    _tile_loadd(kA2, a.q + m * a.K + 32 * (u + 1), a.K);
+    _tile_loadd(kB2, P.q + (u + 1) * 512, 64);
+    _tile_dpbsud(kC, kA, kB);
+    _tile_dpbsud(kC2, kA2, kB2);
+    _tile_stored(kC, c0, 64);
+    _tile_stored(kC2, c1, 64);
+}
+
+template <bool kMin>
+inline void fold_legacy(const Panel& P, int64_t nu, const ActPack& a, int64_t m, int64_t u, const int32_t* c,
+                        __m512* acc) {
+    const __m512 dw = _mm512_load_ps(P.d + 16 * u);
+    for (int r = 0; r < 16; ++r) {      // same operations as kernel_legacy (bseq_avx512.cpp)
+        __m512i s = _mm512_load_si512(c + 16 * r);
+        const int64_t i = (m + r) * nu + u;
+        if constexpr (!kMin) s = _mm512_sub_epi32(s, _mm512_set1_epi32(a.bias[i]));
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(a.d[i])), acc[r]);
+        if constexpr (kMin) acc[r] = _mm512_fmadd_ps(_mm512_load_ps(P.m + 16 * u), _mm512_set1_ps(a.s[i]), acc[r]);
+    }
+}
+
 template <bool kMin>
 void rows16_legacy(const Panel& P, int64_t nu, const ActPack& a, int64_t m, __m512* acc) {
-    alignas(64) int32_t c[16 * 16];
-    for (int64_t u = 0; u < nu; ++u) {
-        unit_tile(a, m, P, u, c);
-        const __m512 dw = _mm512_load_ps(P.d + 16 * u);
-        for (int r = 0; r < 16; ++r) {      // same operations as kernel_legacy (bseq_avx512.cpp)
-            __m512i s = _mm512_load_si512(c + 16 * r);
-            const int64_t i = (m + r) * nu + u;
-            if constexpr (!kMin) s = _mm512_sub_epi32(s, _mm512_set1_epi32(a.bias[i]));
-            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(a.d[i])), acc[r]);
-            if constexpr (kMin) acc[r] = _mm512_fmadd_ps(_mm512_load_ps(P.m + 16 * u), _mm512_set1_ps(a.s[i]), acc[r]);
-        }
+    alignas(64) int32_t c0[16 * 16], c1[16 * 16];
+    int64_t u = 0;
+    for (; u + 2 <= nu; u += 2) {       // units fold in order: u, then u + 1
+        unit_tiles2(a, m, P, u, c0, c1);
+        fold_legacy<kMin>(P, nu, a, m, u, c0, acc);
+        fold_legacy<kMin>(P, nu, a, m, u + 1, c1, acc);
+    }
+    if (u < nu) {
+        unit_tile(a, m, P, u, c0);
+        fold_legacy<kMin>(P, nu, a, m, u, c0, acc);
     }
 }
 
@@ -137,7 +177,7 @@ bool amx_available() {
 int64_t amx_rows(GGMLType t, const Panel& P, int64_t nu, const ActPack& a, int64_t m, int64_t me,
                  float* y, int64_t ldy, uint16_t lanes) {
     if (!amx_available()) return m;
-    configure_tiles();
+    ensure_tiles_configured();
     for (; m + 16 <= me; m += 16) {
         __m512 acc[16];
         for (int r = 0; r < 16; ++r) acc[r] = _mm512_setzero_ps();
@@ -149,7 +189,6 @@ int64_t amx_rows(GGMLType t, const Panel& P, int64_t nu, const ActPack& a, int64
         }
         for (int r = 0; r < 16; ++r) _mm512_mask_storeu_ps(y + (m + r) * ldy, (__mmask16)lanes, acc[r]);
     }
-    _tile_release();
     return m;
 }
 

@@ -53,7 +53,8 @@ class Model:
     kv_bytes: int
     isa: str
     def forward(self, tokens: npt.ArrayLike, positions: npt.ArrayLike, seq_of_token: npt.ArrayLike,
-                block_tables: npt.ArrayLike, output_rows: npt.ArrayLike) -> npt.NDArray[np.float32]: ...
+                block_tables: npt.ArrayLike, output_rows: npt.ArrayLike,
+                out: npt.NDArray[np.float32] | None = None) -> npt.NDArray[np.float32]: ...
     def copy_block(self, src: int, dst: int) -> None: ...
 
 class Sampler:

@@ -121,6 +121,7 @@ class Engine:
         self.tokenizer = tokenizer
         self.n_ctx = n_ctx
         self.n_vocab: int = model.hparams["n_vocab"]
+        self._logits_buf = np.empty((0, self.n_vocab), np.float32)   # see _logits_out
         self.pool = BlockPool(model.kv_blocks, model.kv_block_size)
         self.scheduler = Scheduler(self.pool, max_batch_tokens, max(1, min(max_running, max_batch_tokens)),
                                    model.copy_block)
@@ -260,7 +261,8 @@ class Engine:
             if not schedule.chunks:
                 return False
             tokens, positions, seq_of_token, tables, rows = self._batch_arrays(schedule)
-            logits = self.model.forward(tokens, positions, seq_of_token, tables, rows)  # [n_rows, n_vocab]
+            logits = self.model.forward(tokens, positions, seq_of_token, tables, rows,
+                                        self._logits_out(len(rows)))                 # [n_rows, n_vocab]
             self.scheduler.commit(schedule)
             self._count(schedule, len(tokens))
             sampled = [c.seq for c in schedule.chunks if c.wants_logits]
@@ -270,6 +272,14 @@ class Engine:
                 except Exception as e:     # e.g. NaN logits: this request fails, the others go on
                     self._finish(seq, "error", RequestOutput(seq.seq_id, [], "", error=e), flush=False)
             return True
+
+    def _logits_out(self, n_rows: int) -> np.ndarray:
+        """A reused [n_rows, n_vocab] buffer for the step's logits: rows are sampled from (or
+        copied, keep_logits) before the next step, and a fresh array each step would cost a
+        page-fault and clearing pass over it (16 MB for 16 rows of a 262k vocabulary)."""
+        if self._logits_buf.shape[0] < n_rows:
+            self._logits_buf = np.empty((n_rows, self.n_vocab), np.float32)
+        return self._logits_buf[:n_rows]
 
     def _batch_arrays(self, schedule: Schedule):
         """The flat arrays of one forward call; each sequence's tokens are contiguous."""
