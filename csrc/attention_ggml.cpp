@@ -64,25 +64,50 @@ struct RowScratch {
     std::vector<const fp16_t*> k, v;
 };
 
-void attend_row_ref(const KVCache& kv, int layer, const float* q_row, float* out, const Batch& b, int64_t t,
-                int kv_head, int hd, float scale, int window, bool batched, RowScratch& s) {
-    const int bs = kv.block_size();
-    const int32_t pos = b.positions[t];
-    const int32_t start = attn_detail::first_visible(pos, window);
-    const int32_t* table = b.block_tables + (int64_t)b.seq_of_token[t] * b.max_blocks;
-    const int kv_off = kv_head * hd;
+// What every row of one attention call shares.
+struct Call {
+    const KVCache& kv;
+    int layer;
+    const Batch& b;
+    int hd;
+    float scale;
+    int window;
+    bool batched;   // two or more tokens in the batch: llama.cpp's tinyBLAS order, else vec_dot_f16's
+};
+
+// One (token, head) row: its position, first visible key, and the K / V slots of its keys.
+struct Row {
+    int32_t pos, start;
+    const int32_t* table;
+    int kv_off;
+    Row(const Call& c, int64_t t, int kv_head)
+        : pos(c.b.positions[t]), start(attn_detail::first_visible(pos, c.window)),
+          table(c.b.block_tables + (int64_t)c.b.seq_of_token[t] * c.b.max_blocks), kv_off(kv_head * c.hd) {}
+    const fp16_t* k(const Call& c, int32_t p) const {
+        return c.kv.k_slot(c.layer, table[p / c.kv.block_size()], p % c.kv.block_size()) + kv_off;
+    }
+    const fp16_t* v(const Call& c, int32_t p) const {
+        return c.kv.v_slot(c.layer, table[p / c.kv.block_size()], p % c.kv.block_size()) + kv_off;
+    }
+};
+
+void attend_row_ref(const Call& c, const float* q_row, float* out, int64_t t, int kv_head, RowScratch& s) {
+    const Row row(c, t, kv_head);
+    const int32_t pos = row.pos, start = row.start;
+    const int hd = c.hd;
+    const bool batched = c.batched;
     s.q.resize(hd), s.w.assign(pos + 1, 0.0f), s.p.assign(pos + 1, 0.0f), s.k.resize(pos + 1), s.v.resize(pos + 1);
     for (int d = 0; d < hd; ++d) s.q[d] = f16r(q_row[d]);
     const float* q = s.q.data();
     float max = -INFINITY;
     for (int32_t p = start; p <= pos; ++p) {
-        s.k[p] = kv.k_slot(layer, table[p / bs], p % bs) + kv_off;
-        s.v[p] = kv.v_slot(layer, table[p / bs], p % bs) + kv_off;
+        s.k[p] = row.k(c, p);
+        s.v[p] = row.v(c, p);
         const fp16_t* k = s.k[p];
         auto kk = [k](int i) { return fp16_to_f32(k[i]); };
         auto qq = [q](int i) { return q[i]; };
         const float dot = batched && hd % 16 == 0 ? tinyblas_order(hd, kk, qq) : vec_dot_f16_order(hd, kk, qq);
-        s.w[p] = dot * scale;
+        s.w[p] = dot * c.scale;
         max = std::max(max, s.w[p]);
     }
     double sum = 0.0;
@@ -161,21 +186,19 @@ void pv_avx512(const RowScratch& s, int32_t start, int32_t pos, int d0, bool tin
 }
 
 // attend_row_ref's operations, 16 lanes at a time (head_dim % 16 == 0).
-void attend_row_avx512(const KVCache& kv, int layer, const float* q_row, float* out, const Batch& b, int64_t t,
-                       int kv_head, int hd, float scale, int window, bool batched, RowScratch& s) {
-    const int bs = kv.block_size();
-    const int32_t pos = b.positions[t];
-    const int32_t start = attn_detail::first_visible(pos, window);
-    const int32_t* table = b.block_tables + (int64_t)b.seq_of_token[t] * b.max_blocks;
+void attend_row_avx512(const Call& c, const float* q_row, float* out, int64_t t, int kv_head, RowScratch& s) {
+    const Row row(c, t, kv_head);
+    const int32_t pos = row.pos, start = row.start;
+    const int hd = c.hd;
     const int32_t n16 = (pos / kL + 1) * kL;
     s.q.resize(hd + kL), s.w.resize(n16), s.p.resize(n16), s.k.resize(pos + 1), s.v.resize(pos + 1);
     float* q = (float*)(((uintptr_t)s.q.data() + 63) & ~(uintptr_t)63);
     for (int d = 0; d < hd; d += kL) _mm512_store_ps(q + d, round16h(_mm512_loadu_ps(q_row + d)));
     float max = -INFINITY;
     for (int32_t p = start; p <= pos; ++p) {
-        s.k[p] = kv.k_slot(layer, table[p / bs], p % bs) + kv_head * hd;
-        s.v[p] = kv.v_slot(layer, table[p / bs], p % bs) + kv_head * hd;
-        s.w[p] = qk_avx512(q, s.k[p], hd, batched) * scale;
+        s.k[p] = row.k(c, p);
+        s.v[p] = row.v(c, p);
+        s.w[p] = qk_avx512(q, s.k[p], hd, c.batched) * c.scale;
         max = std::max(max, s.w[p]);
     }
     double sum = 0.0;
@@ -190,7 +213,7 @@ void attend_row_avx512(const KVCache& kv, int layer, const float* q_row, float* 
     const __m512 inv = _mm512_set1_ps((float)(1.0 / sum));
     for (int32_t c0 = start / kL * kL; c0 <= pos; c0 += kL)
         _mm512_storeu_ps(&s.p[c0], round16h(_mm512_mul_ps(_mm512_loadu_ps(&s.w[c0]), inv)));
-    for (int d0 = 0; d0 < hd; d0 += kL) pv_avx512(s, start, pos, d0, batched, out);
+    for (int d0 = 0; d0 < hd; d0 += kL) pv_avx512(s, start, pos, d0, c.batched, out);
 }
 #else
 #define LLL_ATTN_GGML_AVX512 0
@@ -202,7 +225,7 @@ void attention_ggml(ThreadPool& pool, const KVCache& kv, int layer, const float*
                     int n_head, int n_head_kv, int head_dim, float scale, int window, bool reference) {
     const int64_t rows = b.n_tokens * n_head;
     const int group = n_head / n_head_kv;
-    const bool batched = b.n_tokens >= 2;
+    const Call call{kv, layer, b, head_dim, scale, window, b.n_tokens >= 2};
 #if LLL_ATTN_GGML_AVX512
     static const bool avx512 = attention_avx512_available();
     const bool fast = !reference && avx512 && head_dim % kL == 0;
@@ -217,13 +240,11 @@ void attention_ggml(ThreadPool& pool, const KVCache& kv, int layer, const float*
             const int h = (int)(r % n_head);
 #if LLL_ATTN_GGML_AVX512
             if (fast) {
-                attend_row_avx512(kv, layer, q + r * head_dim, out + r * head_dim, b, t, h / group, head_dim,
-                                  scale, window, batched, s);
+                attend_row_avx512(call, q + r * head_dim, out + r * head_dim, t, h / group, s);
                 continue;
             }
 #endif
-            attend_row_ref(kv, layer, q + r * head_dim, out + r * head_dim, b, t, h / group, head_dim, scale,
-                           window, batched, s);
+            attend_row_ref(call, q + r * head_dim, out + r * head_dim, t, h / group, s);
         }
     };
     if (pool.size() > 1 && rows > 1) pool.run(work);
