@@ -206,6 +206,8 @@ void row_pair_tile(int64_t nb, const WB* w0, const WB* w1, const uint8_t* x, siz
     }
 }
 
+constexpr size_t kPrefetchAhead = 8192;
+
 template <class WB, class XB>
 void rows_avx512(int64_t K, const uint8_t* W, size_t wrb, int64_t n0, int64_t n1, const uint8_t* X,
                  size_t xrb, const float* xs, int64_t M, float* Y, int64_t ldy) {
@@ -216,6 +218,9 @@ void rows_avx512(int64_t K, const uint8_t* W, size_t wrb, int64_t n0, int64_t n1
         const float* xsm = xs + 2 * m * nb;
         int64_t n = n0;
         for (; n + 2 <= n1; n += 2) {
+            // Decode streams the GGUF rows from memory once per token: software prefetch 8 KiB
+            // ahead (the hardware prefetchers alone left one core at well under half the rate).
+            for (size_t o = 0; o < 2 * wrb; o += 64) __builtin_prefetch(W + n * wrb + o + kPrefetchAhead, 0, 3);
             const WB* w0 = (const WB*)(W + n * wrb);
             const WB* w1 = (const WB*)(W + (n + 1) * wrb);
             float* y = Y + m * ldy + n;
