@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <stdexcept>
+#include <type_traits>
 #include <vector>
 
 #include "../blocks.h"
@@ -121,6 +122,32 @@ template <> inline __m256i unpack256(const block_q5_0& b) {
 template <> inline __m256i unpack256(const block_q5_1& b) { return _mm256_or_si256(nibbles(b.qs), fifth_bits(b.qh)); }
 template <> inline __m256i unpack256(const block_q8_0& b) { return _mm256_loadu_si256((const __m256i*)b.qs); }
 
+// The same quants unsigned (q + bias, as stored) for the types with a bias, and the bias: the
+// pair kernel starts each lane's dot product at -bias * (sum of its 4 activation quants), which
+// leaves exactly sum (q - bias) x, the integer ggml's sign trick computes.
+template <class WB> constexpr int kBias = 0;
+template <> constexpr int kBias<block_q4_0> = 8;
+template <> constexpr int kBias<block_q5_0> = 16;
+template <> constexpr int kBias<block_q8_0> = 128;
+template <class WB> inline __m256i unpack256_unsigned(const WB& b) {
+    if constexpr (std::is_same_v<WB, block_q4_0>) return nibbles(b.qs);
+    else if constexpr (std::is_same_v<WB, block_q5_0>) return _mm256_or_si256(nibbles(b.qs), fifth_bits(b.qh));
+    else if constexpr (std::is_same_v<WB, block_q8_0>)
+        return _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)b.qs), _mm256_set1_epi8((char)0x80));
+    else return unpack256<WB>(b);   // Q4_1 / Q5_1: unsigned already, no bias
+}
+
+// -bias * (sum of each 4-quant lane) of every activation block: init[8 * (m * nb + b) + j].
+template <class WB, class XB>
+void act_lane_init(const uint8_t* X, size_t xrb, int64_t M, int64_t nb, int32_t* init) {
+    for (int64_t m = 0; m < M; ++m)
+        for (int64_t b = 0; b < nb; ++b) {
+            const XB& xb = ((const XB*)(X + m * xrb))[b];
+            for (int j = 0; j < 8; ++j)
+                init[8 * (m * nb + b) + j] = -kBias<WB> * (xb.qs[4 * j] + xb.qs[4 * j + 1] + xb.qs[4 * j + 2] + xb.qs[4 * j + 3]);
+        }
+}
+
 // Activation block scales as floats, converted once per matmul instead of once per weight row:
 // xs[2 * (m * nb + b)] = d, [.. + 1] = s (Q8_1's d * sum of quants; 0 for Q8_0).
 template <class XB>
@@ -172,13 +199,13 @@ void row_tile(int64_t nb, const WB* w, const uint8_t* x, size_t xrb, const float
 // row_tile (a half's dpbusd, cvt and FMA are exactly the ymm ones), at half the instructions.
 template <class WB, class XB, int C>
 void row_pair_tile(int64_t nb, const WB* w0, const WB* w1, const uint8_t* x, size_t xrb, const float* xs,
-                   float* y, int64_t ldy) {
+                   const int32_t* init, float* y, int64_t ldy) {
     __m512 acc[C];
     float summs[C][2];
     for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps(), summs[c][0] = summs[c][1] = 0.0f;
     for (int64_t b = 0; b < nb; ++b) {
-        const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(unpack256<WB>(w0[b])), unpack256<WB>(w1[b]), 1);
-        const __m512i aq = _mm512_abs_epi8(q);
+        const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(unpack256_unsigned<WB>(w0[b])),
+                                             unpack256_unsigned<WB>(w1[b]), 1);
         const __m512 wd = _mm512_insertf32x8(_mm512_set1_ps(_cvtsh_ss(w0[b].d)), _mm256_set1_ps(_cvtsh_ss(w1[b].d)), 1);
         float wm0 = 0.0f, wm1 = 0.0f;
         if constexpr (kHasMin<WB>) wm0 = _cvtsh_ss(w0[b].m), wm1 = _cvtsh_ss(w1[b].m);
@@ -191,9 +218,9 @@ void row_pair_tile(int64_t nb, const WB* w0, const WB* w1, const uint8_t* x, siz
                 s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, xq);
                 summs[c][0] = fmaf(wm0, sc[1], summs[c][0]);
                 summs[c][1] = fmaf(wm1, sc[1], summs[c][1]);
-            } else {   // |w| . (x negated where w < 0): ggml's sign trick, exact products
-                const __mmask64 neg = _mm512_movepi8_mask(q);
-                s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), aq, _mm512_mask_sub_epi8(xq, neg, _mm512_setzero_si512(), xq));
+            } else {   // sum (q + bias) x - bias sum x = sum (q) x: ggml's integers, exactly
+                const __m512i start = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i*)(init + 8 * (c * nb + b))));
+                s = _mm512_dpbusd_epi32(start, q, xq);
             }
             acc[c] = _mm512_fmadd_ps(_mm512_mul_ps(wd, _mm512_set1_ps(sc[0])), _mm512_cvtepi32_ps(s), acc[c]);
         }
@@ -210,12 +237,13 @@ constexpr size_t kPrefetchAhead = 8192;
 
 template <class WB, class XB>
 void rows_avx512(int64_t K, const uint8_t* W, size_t wrb, int64_t n0, int64_t n1, const uint8_t* X,
-                 size_t xrb, const float* xs, int64_t M, float* Y, int64_t ldy) {
+                 size_t xrb, const float* xs, const int32_t* init, int64_t M, float* Y, int64_t ldy) {
     constexpr int C = 4;
     const int64_t nb = K / 32;
     for (int64_t m = 0; m < M; m += C) {
         const int64_t c = std::min<int64_t>(C, M - m);
         const float* xsm = xs + 2 * m * nb;
+        const int32_t* initm = init + 8 * m * nb;
         int64_t n = n0;
         for (; n + 2 <= n1; n += 2) {
             // Decode streams the GGUF rows from memory once per token: software prefetch 8 KiB
@@ -226,10 +254,10 @@ void rows_avx512(int64_t K, const uint8_t* W, size_t wrb, int64_t n0, int64_t n1
             float* y = Y + m * ldy + n;
             const uint8_t* x = X + m * xrb;
             switch (c) {
-                case 4: row_pair_tile<WB, XB, 4>(nb, w0, w1, x, xrb, xsm, y, ldy); break;
-                case 3: row_pair_tile<WB, XB, 3>(nb, w0, w1, x, xrb, xsm, y, ldy); break;
-                case 2: row_pair_tile<WB, XB, 2>(nb, w0, w1, x, xrb, xsm, y, ldy); break;
-                default: row_pair_tile<WB, XB, 1>(nb, w0, w1, x, xrb, xsm, y, ldy); break;
+                case 4: row_pair_tile<WB, XB, 4>(nb, w0, w1, x, xrb, xsm, initm, y, ldy); break;
+                case 3: row_pair_tile<WB, XB, 3>(nb, w0, w1, x, xrb, xsm, initm, y, ldy); break;
+                case 2: row_pair_tile<WB, XB, 2>(nb, w0, w1, x, xrb, xsm, initm, y, ldy); break;
+                default: row_pair_tile<WB, XB, 1>(nb, w0, w1, x, xrb, xsm, initm, y, ldy); break;
             }
         }
         for (; n < n1; ++n) {
@@ -247,23 +275,35 @@ void rows_avx512(int64_t K, const uint8_t* W, size_t wrb, int64_t n0, int64_t n1
 }
 
 typedef void (*RowsFn)(int64_t, const uint8_t*, size_t, int64_t, int64_t, const uint8_t*, size_t, const float*,
-                       int64_t, float*, int64_t);
-struct FastFns { RowsFn rows; void (*scales)(const uint8_t*, size_t, int64_t, int64_t, float*); };
+                       const int32_t*, int64_t, float*, int64_t);
+typedef void (*ActFn)(const uint8_t*, size_t, int64_t, int64_t, float*, int32_t*);
+struct FastFns { RowsFn rows; ActFn act; };
+
+// Per activation block, once per matmul: the float scales and the lanes' bias start values.
+template <class WB, class XB>
+void act_prepare(const uint8_t* X, size_t xrb, int64_t M, int64_t nb, float* xs, int32_t* init) {
+    act_scales<XB>(X, xrb, M, nb, xs);
+    if constexpr (kBias<WB> != 0) act_lane_init<WB, XB>(X, xrb, M, nb, init);
+}
+
+template <class WB, class XB> constexpr FastFns fns() { return {rows_avx512<WB, XB>, act_prepare<WB, XB>}; }
+
 FastFns fast_fn(GGMLType t) {
     if (!isa_available(Isa::AVX512)) return {nullptr, nullptr};
     switch (t) {
-        case GGMLType::Q4_0: return {rows_avx512<block_q4_0, block_q8_0>, act_scales<block_q8_0>};
-        case GGMLType::Q4_1: return {rows_avx512<block_q4_1, block_q8_1>, act_scales<block_q8_1>};
-        case GGMLType::Q5_0: return {rows_avx512<block_q5_0, block_q8_0>, act_scales<block_q8_0>};
-        case GGMLType::Q5_1: return {rows_avx512<block_q5_1, block_q8_1>, act_scales<block_q8_1>};
-        case GGMLType::Q8_0: return {rows_avx512<block_q8_0, block_q8_0>, act_scales<block_q8_0>};
+        case GGMLType::Q4_0: return fns<block_q4_0, block_q8_0>();
+        case GGMLType::Q4_1: return fns<block_q4_1, block_q8_1>();
+        case GGMLType::Q5_0: return fns<block_q5_0, block_q8_0>();
+        case GGMLType::Q5_1: return fns<block_q5_1, block_q8_1>();
+        case GGMLType::Q8_0: return fns<block_q8_0, block_q8_0>();
         default: return {nullptr, nullptr};
     }
 }
 #else
 typedef void (*RowsFn)(int64_t, const uint8_t*, size_t, int64_t, int64_t, const uint8_t*, size_t, const float*,
-                       int64_t, float*, int64_t);
-struct FastFns { RowsFn rows; void (*scales)(const uint8_t*, size_t, int64_t, int64_t, float*); };
+                       const int32_t*, int64_t, float*, int64_t);
+typedef void (*ActFn)(const uint8_t*, size_t, int64_t, int64_t, float*, int32_t*);
+struct FastFns { RowsFn rows; ActFn act; };
 FastFns fast_fn(GGMLType) { return {nullptr, nullptr}; }
 #endif
 
@@ -288,11 +328,14 @@ void matmul_legacy(ThreadPool& pool, GGMLType wtype, const void* W, int64_t N, i
     const FastFns ff = use_reference ? FastFns{nullptr, nullptr} : fast_fn(wtype);
     const RowsFn fast = ff.rows;
     thread_local std::vector<float> xs;
+    thread_local std::vector<int32_t> init;
     if (fast) {
         xs.resize((size_t)(2 * M * (K / 32)));
-        ff.scales(x, xrb, M, K / 32, xs.data());
+        init.resize((size_t)(8 * M * (K / 32)));
+        ff.act(x, xrb, M, K / 32, xs.data(), init.data());
     }
-    const float* xsp = xs.data();   // thread_local: the workers must use this thread's copy
+    const float* xsp = xs.data();   // thread_local: the workers must use this thread's copies
+    const int32_t* initp = init.data();
     // Threads take runs of 16 weight rows from a shared counter; which thread computes a row
     // changes none of its bits.
     constexpr int64_t kRun = 16;
@@ -301,7 +344,7 @@ void matmul_legacy(ThreadPool& pool, GGMLType wtype, const void* W, int64_t N, i
         for (int64_t n0; (n0 = next.fetch_add(kRun, std::memory_order_relaxed)) < N;) {
             const int64_t n1 = std::min(N, n0 + kRun);
             if (fast) {
-                fast(K, w, wrb, n0, n1, x, xrb, xsp, M, Y, ldy);
+                fast(K, w, wrb, n0, n1, x, xrb, xsp, initp, M, Y, ldy);
                 continue;
             }
             for (int64_t m = 0; m < M; ++m)
