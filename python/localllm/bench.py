@@ -42,22 +42,25 @@ class BenchResult:
         return int(statistics.fmean(self.samples_ns))
 
 
-def _forward(llm, table: BlockTable, tokens: np.ndarray, start: int) -> None:
+def _forward(llm, table: BlockTable, tokens: np.ndarray, start: int, out: np.ndarray) -> None:
+    """One forward; the last token's logits go to `out` [1, n_vocab], reused as the engine reuses
+    its logits buffer (a fresh array per token would time page faults, not the model)."""
     n = len(tokens)
     table.ensure(start + n)
     llm._model.forward(tokens.astype(np.int32), np.arange(start, start + n, dtype=np.int32),
                        np.zeros(n, np.int32), np.asarray([table.blocks], np.int32),
-                       np.asarray([n - 1], np.int32))
+                       np.asarray([n - 1], np.int32), out)
 
 
 def bench_prompt(llm, n_prompt: int, rng: np.random.Generator) -> int:
     """Nanoseconds for one forward over n_prompt random tokens (in n_batch chunks)."""
     table = BlockTable(llm._pool)
     tokens = rng.integers(0, llm.n_vocab, size=n_prompt)
+    out = np.empty((1, llm.n_vocab), np.float32)
     try:
         t0 = time.perf_counter_ns()
         for c in range(0, n_prompt, llm.n_batch):
-            _forward(llm, table, tokens[c:c + llm.n_batch], c)
+            _forward(llm, table, tokens[c:c + llm.n_batch], c, out)
         return time.perf_counter_ns() - t0
     finally:
         table.free()
@@ -67,10 +70,11 @@ def bench_generation(llm, n_gen: int, rng: np.random.Generator) -> int:
     """Nanoseconds for n_gen single-token forwards at positions 0..n_gen-1."""
     table = BlockTable(llm._pool)
     tokens = rng.integers(0, llm.n_vocab, size=n_gen)
+    out = np.empty((1, llm.n_vocab), np.float32)
     try:
         t0 = time.perf_counter_ns()
         for i in range(n_gen):
-            _forward(llm, table, tokens[i:i + 1], i)
+            _forward(llm, table, tokens[i:i + 1], i, out)
         return time.perf_counter_ns() - t0
     finally:
         table.free()
