@@ -313,6 +313,8 @@ void Sampler::accept(int token) {
 int Sampler::sample(const float* logits) {
     BusyGuard guard(busy_);
     has_logprobs_ = false;
+    int fast_token;
+    if (greedy_without_copy(logits, &fast_token)) return fast_token;
     load_biased_logits(logits);
     if (params_.n_logprobs >= 0) compute_logprob_stats();
     apply_penalties();
@@ -333,6 +335,35 @@ int Sampler::sample(const float* logits) {
         has_logprobs_ = true;
     }
     return token;
+}
+
+// Plain greedy decoding (no penalties in effect, no logprobs) needs no copy of the row: one pass
+// finds the raw maximum and its first index, then the few biased tokens are compared with it.
+// Same token as the general path (ties -> lowest id). Returns false, leaving the row to the
+// general path (and its errors), for anything unusual: NaN or infinite values, a biased token
+// at the raw maximum, a bias that makes a value non-finite.
+bool Sampler::greedy_without_copy(const float* logits, int* token) const {
+    const SamplingParams& p = params_;
+    const bool penalties = p.penalty_last_n != 0 && !token_counts_.empty() &&
+                           (p.repeat_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f);
+    if (p.temperature > 0.0f || p.n_logprobs >= 0 || penalties || p.logit_bias.size() > 64) return false;
+    const size_t n = work_.size();
+    bool has_nan = false;
+    const float m = max_value(logits, n, &has_nan);
+    if (has_nan || !std::isfinite(m)) return false;
+    size_t best = 0;
+    while (logits[best] != m) ++best;
+    float best_value = m;
+    for (const auto& [tok, bias] : p.logit_bias) {
+        if ((size_t)tok == best) return false;
+        float v = logits[tok];
+        for (const auto& [t2, b2] : p.logit_bias)   // every entry for this token, in order
+            if (t2 == tok) v += b2;
+        if (std::isnan(v) || v == kInf) return false;
+        if (v > best_value || (v == best_value && (size_t)tok < best)) best = (size_t)tok, best_value = v;
+    }
+    *token = static_cast<int>(best);
+    return true;
 }
 
 // work_ = logits + logit_bias; rejects NaN / +inf and rows where every token is at -inf.

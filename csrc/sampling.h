@@ -75,6 +75,7 @@ public:
 private:
     class BusyGuard;  // marks the sampler in use for the duration of a call
 
+    bool greedy_without_copy(const float* logits, int* token) const;
     void load_biased_logits(const float* logits);
     void compute_logprob_stats();
     void apply_penalties();

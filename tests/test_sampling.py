@@ -446,3 +446,33 @@ def test_stop_matcher_overlapping_prefixes_and_no_stops():
     assert not stopped and text == "plain text"
     with pytest.raises(ValueError):
         StopMatcher(["ok", ""])
+
+
+def test_greedy_without_copy_matches_the_general_path():
+    """Plain greedy decoding skips the copy of the row (sampling.cpp, greedy_without_copy); it must
+    pick the general path's token (asking for logprobs forces that path) on ties, bans, positive
+    and repeated biases, biased tokens at the maximum, and -inf / NaN rows (same errors)."""
+    rng = np.random.default_rng(11)
+    n = 3000
+    cases = []
+    for _ in range(200):
+        logits = np.round(rng.standard_normal(n) * 3, 1).astype(np.float32)   # many exact ties
+        k = int(rng.integers(0, 6))
+        toks = rng.integers(0, n, k).tolist()
+        if rng.random() < 0.3:
+            toks.append(int(np.argmax(logits)))                               # a biased maximum
+        bias = [(t, float(rng.choice([-np.inf, -2.0, 0.0, 0.5, 3.0]))) for t in toks]
+        cases.append((logits, bias))
+    cases.append((np.full(n, -np.inf, np.float32), []))
+    nan_row = np.zeros(n, np.float32)
+    nan_row[7] = np.nan
+    cases.append((nan_row, []))
+    for logits, bias in cases:
+        outcomes = []
+        for n_logprobs in (-1, 0):
+            s = _core.Sampler(n_vocab=n, temperature=0.0, logit_bias=bias, n_logprobs=n_logprobs)
+            try:
+                outcomes.append(s.sample(logits))
+            except RuntimeError as e:
+                outcomes.append(type(e))
+        assert outcomes[0] == outcomes[1], (bias, outcomes)
