@@ -35,6 +35,10 @@ Model::Model(const std::string& path, int n_threads, int64_t kv_blocks, int kv_b
     if (!(no_repack && *no_repack && *no_repack != '0')) repack_layer_weights();
 }
 
+bool Model::llamacpp_kernel(const WeightRef& w) const {
+    return numerics_ == Numerics::LlamaCpp && ggml_order::supported(w.type, w.ne1);
+}
+
 // The matrices of block-sequential types are repacked into 16-row panels (same size), and the
 // file pages they came from are dropped from memory: peak RSS stays that of the weights. With
 // tied embeddings the output matrix is also the lookup table: that keeps reading the file's
@@ -47,7 +51,7 @@ void Model::repack_layer_weights() {
     size_t total = 0;
     for (WeightRef* w : todo) {
         if (!w->present() || !can_repack(w->type, isa_)) continue;
-        if (numerics_ == Numerics::LlamaCpp && ggml_order::supported(w->type, w->ne1)) continue;   // GGUF rows
+        if (llamacpp_kernel(*w)) continue;   // those kernels read the GGUF rows
         chosen.push_back(w);
         offset.push_back(total);
         total += (repacked_bytes(w->type, w->ne1, w->ne0) + 63) / 64 * 64;
@@ -198,8 +202,7 @@ void Model::forward(const Batch& b, float* logits) {
     for (int64_t r = 0; r < b.n_out; ++r)
         rms_norm(x + (int64_t)b.output_rows[r] * D, w_.output_norm.f32(), h + r * D, D, hp_.norm_eps);
     const WeightRef& out = w_.output;                        // logits [n_out, n_vocab]
-    if (out.repacked || (numerics_ == Numerics::LlamaCpp && ggml_order::supported(out.type, out.ne1)))
-        linear(*this, out, h, b.n_out, logits, nullptr);
+    if (out.repacked || llamacpp_kernel(out)) linear(*this, out, h, b.n_out, logits, nullptr);
     else matmul(*pool_, out.type, out.data, out.ne1, out.ne0, h, b.n_out, logits, isa_);
 }
 

@@ -97,6 +97,8 @@ public:
     ThreadPool& pool() { return *pool_; }
     Isa isa() const { return isa_; }
     Numerics numerics() const { return numerics_; }
+    // This matrix runs a llama.cpp-order kernel (numerics LlamaCpp and a kernel for its type).
+    bool llamacpp_kernel(const WeightRef& w) const;
     const ModelWeights& weights() const { return w_; }
 
     // Runs the batch; writes n_out rows of n_vocab logits to `logits`.

@@ -22,6 +22,7 @@ struct LinearOut {
 static void linear_quantized(Model& m, const WeightRef& w, const void* xq, int64_t T, float* y,
                              const WeightRef* bias) {
     if (w.repacked) matmul_q_repacked(m.pool(), w.type, w.data, w.ne1, w.ne0, xq, T, y, w.ne1);
+    else if (m.llamacpp_kernel(w)) ggml_order::matmul_legacy(m.pool(), w.type, w.data, w.ne1, w.ne0, xq, T, y, w.ne1);
     else matmul_q(m.pool(), w.type, w.data, w.ne1, w.ne0, xq, T, y, w.ne1, m.isa());
     if (bias && bias->present()) add_bias_rows(y, bias->f32(), T, w.ne1);
 }
@@ -33,8 +34,9 @@ static void linear_same_input(Model& m, std::initializer_list<LinearOut> outs, c
     bool quantized = false;
     GGMLType quantized_as = GGMLType::F32;
     for (const LinearOut& o : outs) {
-        // llama.cpp numerics: its kernel (and its activation rounding) for this type and batch.
-        if (m.numerics() == Numerics::LlamaCpp && ggml_order::supported(o.w->type, o.w->ne1)) {
+        // llama.cpp numerics, K-quants: the kernel quantizes x itself (its choice depends on T).
+        // Legacy types share the quantized x below, as ggml's activation rounding is the same.
+        if (m.llamacpp_kernel(*o.w) && !ggml_order::legacy_supported(o.w->type)) {
             ggml_order::matmul(m.pool(), o.w->type, o.w->data, o.w->ne1, o.w->ne0, x, T, o.y, o.w->ne1);
             if (o.bias && o.bias->present()) add_bias_rows(o.y, o.bias->f32(), T, o.w->ne1);
             continue;

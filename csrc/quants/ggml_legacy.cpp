@@ -1,11 +1,10 @@
 // ggml_legacy.cpp — see ggml_legacy.h.
-#include "ggml_legacy.h"
+#include "ggml_order.h"
 
 #include <math.h>
 #include <string.h>
 
 #include <algorithm>
-#include <atomic>
 #include <stdexcept>
 #include <type_traits>
 #include <vector>
@@ -102,8 +101,6 @@ DotFn ref_fn(GGMLType t) {
 }
 
 #if LLL_BUILD_AVX512
-// 32 quants of a block in a ymm, as Unpack (signed, or unsigned for the types with a min).
-template <class WB> inline __m256i unpack256(const WB& b);
 inline __m256i nibbles(const uint8_t* qs) {   // low nibbles -> bytes 0..15, high -> 16..31
     const __m128i v = _mm_loadu_si128((const __m128i*)qs);
     const __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(v), _mm_srli_epi16(v, 4), 1);
@@ -114,27 +111,19 @@ inline __m256i fifth_bits(const uint8_t* qh) {   // byte e = 16 when bit e of qh
     memcpy(&h, qh, 4);
     return _mm256_maskz_mov_epi8((__mmask32)h, _mm256_set1_epi8(16));
 }
-template <> inline __m256i unpack256(const block_q4_0& b) { return _mm256_sub_epi8(nibbles(b.qs), _mm256_set1_epi8(8)); }
-template <> inline __m256i unpack256(const block_q4_1& b) { return nibbles(b.qs); }
-template <> inline __m256i unpack256(const block_q5_0& b) {
-    return _mm256_sub_epi8(_mm256_or_si256(nibbles(b.qs), fifth_bits(b.qh)), _mm256_set1_epi8(16));
-}
-template <> inline __m256i unpack256(const block_q5_1& b) { return _mm256_or_si256(nibbles(b.qs), fifth_bits(b.qh)); }
-template <> inline __m256i unpack256(const block_q8_0& b) { return _mm256_loadu_si256((const __m256i*)b.qs); }
-
-// The same quants unsigned (q + bias, as stored) for the types with a bias, and the bias: the
-// pair kernel starts each lane's dot product at -bias * (sum of its 4 activation quants), which
-// leaves exactly sum (q - bias) x, the integer ggml's sign trick computes.
+// The 32 quants of a block in a ymm as stored, unsigned (q + bias for the types with a bias),
+// and the bias: the kernel starts each lane's dot product at -bias * (sum of its 4 activation
+// quants), which leaves exactly sum (q - bias) x, the integer ggml's sign trick computes.
 template <class WB> constexpr int kBias = 0;
 template <> constexpr int kBias<block_q4_0> = 8;
 template <> constexpr int kBias<block_q5_0> = 16;
 template <> constexpr int kBias<block_q8_0> = 128;
-template <class WB> inline __m256i unpack256_unsigned(const WB& b) {
-    if constexpr (std::is_same_v<WB, block_q4_0>) return nibbles(b.qs);
-    else if constexpr (std::is_same_v<WB, block_q5_0>) return _mm256_or_si256(nibbles(b.qs), fifth_bits(b.qh));
-    else if constexpr (std::is_same_v<WB, block_q8_0>)
+template <class WB> inline __m256i unpack256(const WB& b) {
+    if constexpr (std::is_same_v<WB, block_q8_0>)
         return _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)b.qs), _mm256_set1_epi8((char)0x80));
-    else return unpack256<WB>(b);   // Q4_1 / Q5_1: unsigned already, no bias
+    else if constexpr (std::is_same_v<WB, block_q5_0> || std::is_same_v<WB, block_q5_1>)
+        return _mm256_or_si256(nibbles(b.qs), fifth_bits(b.qh));
+    else return nibbles(b.qs);   // Q4_0, Q4_1
 }
 
 // -bias * (sum of each 4-quant lane) of every activation block: init[8 * (m * nb + b) + j].
@@ -161,42 +150,9 @@ void act_scales(const uint8_t* X, size_t xrb, int64_t M, int64_t nb, float* xs) 
         }
 }
 
-// One weight row against C activation rows: the block is unpacked once, then each row takes
-// one VNNI dot product (8 lanes of 4-element sums, as ggml) and one 8-lane FMA per block.
-template <class WB, class XB, int C>
-void row_tile(int64_t nb, const WB* w, const uint8_t* x, size_t xrb, const float* xs, float* y, int64_t ldy) {
-    __m256 acc[C];
-    float summs[C];
-    for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps(), summs[c] = 0.0f;
-    for (int64_t b = 0; b < nb; ++b) {
-        const __m256i q = unpack256<WB>(w[b]);
-        const __m256i aq = _mm256_sign_epi8(q, q);
-        const float wd = _cvtsh_ss(w[b].d);
-        float wm = 0.0f;
-        if constexpr (kHasMin<WB>) wm = _cvtsh_ss(w[b].m);
-        for (int c = 0; c < C; ++c) {
-            const XB& xb = ((const XB*)(x + c * xrb))[b];
-            const float* sc = xs + 2 * (c * nb + b);
-            const __m256i xq = _mm256_loadu_si256((const __m256i*)xb.qs);
-            __m256i s;
-            if constexpr (kHasMin<WB>) {
-                s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, xq);
-                summs[c] = fmaf(wm, sc[1], summs[c]);
-            } else {   // |w| . (x signed as w): the exact products, as ggml's sign trick
-                s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), aq, _mm256_sign_epi8(xq, q));
-            }
-            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(wd * sc[0]), _mm256_cvtepi32_ps(s), acc[c]);
-        }
-    }
-    for (int c = 0; c < C; ++c) {
-        alignas(32) float a[8];
-        _mm256_store_ps(a, acc[c]);
-        y[c * ldy] = hsum8(a) + summs[c];
-    }
-}
-
-// Two weight rows at once, one per 256-bit half of a zmm: lane for lane the same operations as
-// row_tile (a half's dpbusd, cvt and FMA are exactly the ymm ones), at half the instructions.
+// Two weight rows against C activation rows, one row per 256-bit half of a zmm: each half runs
+// ggml's 8 lanes (per block one VNNI dot product of 4-element sums and one FMA), the block
+// unpacked once for all C rows.
 template <class WB, class XB, int C>
 void row_pair_tile(int64_t nb, const WB* w0, const WB* w1, const uint8_t* x, size_t xrb, const float* xs,
                    const int32_t* init, float* y, int64_t ldy) {
@@ -204,8 +160,8 @@ void row_pair_tile(int64_t nb, const WB* w0, const WB* w1, const uint8_t* x, siz
     float summs[C][2];
     for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps(), summs[c][0] = summs[c][1] = 0.0f;
     for (int64_t b = 0; b < nb; ++b) {
-        const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(unpack256_unsigned<WB>(w0[b])),
-                                             unpack256_unsigned<WB>(w1[b]), 1);
+        const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(unpack256<WB>(w0[b])),
+                                             unpack256<WB>(w1[b]), 1);
         const __m512 wd = _mm512_insertf32x8(_mm512_set1_ps(_cvtsh_ss(w0[b].d)), _mm256_set1_ps(_cvtsh_ss(w1[b].d)), 1);
         float wm0 = 0.0f, wm1 = 0.0f;
         if constexpr (kHasMin<WB>) wm0 = _cvtsh_ss(w0[b].m), wm1 = _cvtsh_ss(w1[b].m);
@@ -233,6 +189,18 @@ void row_pair_tile(int64_t nb, const WB* w0, const WB* w1, const uint8_t* x, siz
     }
 }
 
+// row_pair_tile for c = 1..4 activation rows.
+template <class WB, class XB>
+void pair_tile(int64_t c, int64_t nb, const WB* w0, const WB* w1, const uint8_t* x, size_t xrb, const float* xs,
+               const int32_t* init, float* y, int64_t ldy) {
+    switch (c) {
+        case 4: return row_pair_tile<WB, XB, 4>(nb, w0, w1, x, xrb, xs, init, y, ldy);
+        case 3: return row_pair_tile<WB, XB, 3>(nb, w0, w1, x, xrb, xs, init, y, ldy);
+        case 2: return row_pair_tile<WB, XB, 2>(nb, w0, w1, x, xrb, xs, init, y, ldy);
+        default: return row_pair_tile<WB, XB, 1>(nb, w0, w1, x, xrb, xs, init, y, ldy);
+    }
+}
+
 constexpr size_t kPrefetchAhead = 8192;
 
 template <class WB, class XB>
@@ -249,27 +217,14 @@ void rows_avx512(int64_t K, const uint8_t* W, size_t wrb, int64_t n0, int64_t n1
             // Decode streams the GGUF rows from memory once per token: software prefetch 8 KiB
             // ahead (the hardware prefetchers alone left one core at well under half the rate).
             for (size_t o = 0; o < 2 * wrb; o += 64) __builtin_prefetch(W + n * wrb + o + kPrefetchAhead, 0, 3);
-            const WB* w0 = (const WB*)(W + n * wrb);
-            const WB* w1 = (const WB*)(W + (n + 1) * wrb);
-            float* y = Y + m * ldy + n;
-            const uint8_t* x = X + m * xrb;
-            switch (c) {
-                case 4: row_pair_tile<WB, XB, 4>(nb, w0, w1, x, xrb, xsm, initm, y, ldy); break;
-                case 3: row_pair_tile<WB, XB, 3>(nb, w0, w1, x, xrb, xsm, initm, y, ldy); break;
-                case 2: row_pair_tile<WB, XB, 2>(nb, w0, w1, x, xrb, xsm, initm, y, ldy); break;
-                default: row_pair_tile<WB, XB, 1>(nb, w0, w1, x, xrb, xsm, initm, y, ldy); break;
-            }
+            pair_tile<WB, XB>(c, nb, (const WB*)(W + n * wrb), (const WB*)(W + (n + 1) * wrb), X + m * xrb, xrb,
+                              xsm, initm, Y + m * ldy + n, ldy);
         }
-        for (; n < n1; ++n) {
+        if (n < n1) {   // an odd last row: the pair kernel on the row twice, first half kept
+            float two[2 * C];
             const WB* w = (const WB*)(W + n * wrb);
-            float* y = Y + m * ldy + n;
-            const uint8_t* x = X + m * xrb;
-            switch (c) {
-                case 4: row_tile<WB, XB, 4>(nb, w, x, xrb, xsm, y, ldy); break;
-                case 3: row_tile<WB, XB, 3>(nb, w, x, xrb, xsm, y, ldy); break;
-                case 2: row_tile<WB, XB, 2>(nb, w, x, xrb, xsm, y, ldy); break;
-                default: row_tile<WB, XB, 1>(nb, w, x, xrb, xsm, y, ldy); break;
-            }
+            pair_tile<WB, XB>(c, nb, w, w, X + m * xrb, xrb, xsm, initm, two, 2);
+            for (int64_t i = 0; i < c; ++i) Y[(m + i) * ldy + n] = two[2 * i];
         }
     }
 }
@@ -336,23 +291,11 @@ void matmul_legacy(ThreadPool& pool, GGMLType wtype, const void* W, int64_t N, i
     }
     const float* xsp = xs.data();   // thread_local: the workers must use this thread's copies
     const int32_t* initp = init.data();
-    // Threads take runs of 16 weight rows from a shared counter; which thread computes a row
-    // changes none of its bits.
-    constexpr int64_t kRun = 16;
-    std::atomic<int64_t> next{0};
-    auto work = [&](int, int) {
-        for (int64_t n0; (n0 = next.fetch_add(kRun, std::memory_order_relaxed)) < N;) {
-            const int64_t n1 = std::min(N, n0 + kRun);
-            if (fast) {
-                fast(K, w, wrb, n0, n1, x, xrb, xsp, initp, M, Y, ldy);
-                continue;
-            }
-            for (int64_t m = 0; m < M; ++m)
-                for (int64_t n = n0; n < n1; ++n) Y[m * ldy + n] = ref(K, w + n * wrb, x + m * xrb);
-        }
-    };
-    if (pool.size() > 1 && N * K * M >= (1 << 15) && N > kRun) pool.run(work);
-    else work(0, 1);
+    for_row_runs(pool, N, 16, N * K * M, [&](int64_t n0, int64_t n1) {
+        if (fast) return fast(K, w, wrb, n0, n1, x, xrb, xsp, initp, M, Y, ldy);
+        for (int64_t m = 0; m < M; ++m)
+            for (int64_t n = n0; n < n1; ++n) Y[m * ldy + n] = ref(K, w + n * wrb, x + m * xrb);
+    });
 }
 
 }  // namespace ggml_order

@@ -8,6 +8,7 @@
 // and each has a scalar reference its SIMD path is held to (use_reference).
 #pragma once
 #include <stdint.h>
+#include <functional>
 #include "../quants.h"
 #include "../threadpool.h"
 #include "ggml_legacy.h"
@@ -24,6 +25,15 @@ void matmul_q6_K(ThreadPool& pool, const void* W, int64_t N, int64_t K, const fl
 // its repacked Q4_K kernels (N % 8 != 0).
 bool matmul_q4_K(ThreadPool& pool, const void* W, int64_t N, int64_t K, const float* X, int64_t M, float* Y,
                  int64_t ldy, bool use_reference = false);
+
+// Shared by the kernels: fn(n0, n1) over weight rows [0, N) in runs of `run`, the pool's threads
+// taking runs from a shared counter (which thread computes a row changes none of its bits); on
+// the calling thread alone when the job (`work`, about N * K * M) is small.
+void for_row_runs(ThreadPool& pool, int64_t N, int64_t run, int64_t work,
+                  const std::function<void(int64_t n0, int64_t n1)>& fn);
+// M rows of X quantized to `type` as ggml's x86 code rounds them, in a buffer of the calling
+// thread reused across calls (valid until its next call).
+const uint8_t* quantized_activations(ThreadPool& pool, GGMLType type, const float* X, int64_t M, int64_t K);
 
 // Whether a weight of this type and row count has a llama.cpp-order kernel.
 bool supported(GGMLType wtype, int64_t N);

@@ -33,7 +33,6 @@
 #include <string.h>
 
 #include <algorithm>
-#include <atomic>
 #include <stdexcept>
 #include <vector>
 
@@ -293,40 +292,23 @@ bool matmul_q4_K(ThreadPool& pool, const void* W, int64_t N, int64_t K, const fl
 #if LLL_BUILD_AVX512
     fast = !use_reference && isa_available(Isa::AVX512);
 #endif
-    std::vector<uint8_t> xq((size_t)M * xrb);
-    quantize_activations(pool, GGMLType::Q8_K, X, M, K, xq.data(), fast ? Isa::AVX512 : Isa::Scalar);
+    const uint8_t* x = quantized_activations(pool, GGMLType::Q8_K, X, M, K);
     const uint8_t* w = (const uint8_t*)W;
-    const uint8_t* x = xq.data();
     const int64_t mg = gemm_rows(M);
-    // Threads take 16-row runs of weight rows from a shared counter; which thread computes a
-    // row changes none of its bits.
-    std::atomic<int64_t> next{0};
-    auto work = [&](int, int) {
+    for_row_runs(pool, N, kPanel, N * K * M, [&](int64_t n0, int64_t n1) {
 #if LLL_BUILD_AVX512
-        thread_local std::vector<PanelBlock> panel;
-        if (fast && M >= 4 && (int64_t)panel.size() < nb) panel.resize(nb);
-#endif
-        for (int64_t n0; (n0 = next.fetch_add(kPanel, std::memory_order_relaxed)) < N;) {
-            const int64_t n1 = std::min(N, n0 + kPanel);
-#if LLL_BUILD_AVX512
-            if (fast && M < 4) {
-                rows_gemv(w, wrb, n0, n1, nb, x, xrb, M, Y, ldy);
-                continue;
-            }
-            if (fast) {
-                repack_panel(w, wrb, n0, n1 - n0, nb, panel.data());
-                panel_all_rows(panel.data(), nb, x, xrb, M, Y + n0, ldy, (__mmask16)((1u << (n1 - n0)) - 1));
-                continue;
-            }
-#endif
-            for (int64_t m = 0; m < M; ++m)
-                for (int64_t n = n0; n < n1; ++n)
-                    Y[m * ldy + n] = dot_ref((const block_q4_K*)(w + n * wrb), (const block_q8_K*)(x + m * xrb), nb,
-                                             m < mg);
+        if (fast && M < 4) return rows_gemv(w, wrb, n0, n1, nb, x, xrb, M, Y, ldy);
+        if (fast) {
+            thread_local std::vector<PanelBlock> panel;
+            if ((int64_t)panel.size() < nb) panel.resize(nb);
+            repack_panel(w, wrb, n0, n1 - n0, nb, panel.data());
+            return panel_all_rows(panel.data(), nb, x, xrb, M, Y + n0, ldy, (__mmask16)((1u << (n1 - n0)) - 1));
         }
-    };
-    if (pool.size() > 1 && N * K * M >= (1 << 15) && N > kPanel) pool.run(work);
-    else work(0, 1);
+#endif
+        for (int64_t m = 0; m < M; ++m)
+            for (int64_t n = n0; n < n1; ++n)
+                Y[m * ldy + n] = dot_ref((const block_q4_K*)(w + n * wrb), (const block_q8_K*)(x + m * xrb), nb, m < mg);
+    });
     return true;
 }
 

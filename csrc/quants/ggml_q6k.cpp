@@ -26,7 +26,6 @@
 #include <string.h>
 
 #include <algorithm>
-#include <atomic>
 #include <stdexcept>
 #include <vector>
 
@@ -211,30 +210,15 @@ void matmul_q6_K(ThreadPool& pool, const void* W, int64_t N, int64_t K, const fl
     if (K <= 0 || K % QK_K) throw std::invalid_argument("matmul_q6_K: K must be a positive multiple of 256");
     if (N <= 0 || M <= 0) return;
     const int64_t nb = K / QK_K;
-    // Activations to Q8_K as ggml rounds them (every ISA level writes the same bytes).
-    std::vector<block_q8_K> xq((size_t)(M * nb));
-    const Isa isa = best_isa();
-    auto quantize = [&](int ith, int nth) {
-        for (int64_t m = ith; m < M; m += nth) quantize_act_row(GGMLType::Q8_K, X + m * K, &xq[m * nb], K, isa);
-    };
-    const bool parallel = pool.size() > 1 && N * K * M >= (1 << 15);
-    if (parallel && M > 1) pool.run(quantize);
-    else quantize(0, 1);
-
+    const block_q8_K* xq = (const block_q8_K*)quantized_activations(pool, GGMLType::Q8_K, X, M, K);
     const bool tiled = M >= kTiledMinRows;
     const RowsFn rows = rows_fn(use_reference);
     const block_q6_K* w = (const block_q6_K*)W;
-    // Threads take runs of 16 weight rows from a shared counter; which thread computes a row
-    // changes none of its bits.
-    constexpr int64_t kRun = 16;
-    std::atomic<int64_t> next{0};
-    auto work = [&](int, int) {
-        std::vector<float> acc((size_t)(tiled ? M : 8 * M));   // per activation row: y, or ggml's 8 lanes
-        for (int64_t n0; (n0 = next.fetch_add(kRun, std::memory_order_relaxed)) < N;)
-            rows(nb, w, n0, std::min(N, n0 + kRun), xq.data(), M, Y, ldy, tiled, acc.data());
-    };
-    if (parallel && N > kRun) pool.run(work);
-    else work(0, 1);
+    for_row_runs(pool, N, 16, N * K * M, [&](int64_t n0, int64_t n1) {
+        thread_local std::vector<float> acc;   // per activation row: y, or ggml's 8 lanes
+        acc.resize((size_t)(tiled ? M : 8 * M));
+        rows(nb, w, n0, n1, xq, M, Y, ldy, tiled, acc.data());
+    });
 }
 
 }  // namespace ggml_order
