@@ -168,21 +168,51 @@ py::array_t<float> matmul_llamacpp_py(const py::array& w, int wtype, int64_t N, 
 }
 
 // matmul through a weight repacked for the block-sequential kernels (what models do at load).
+// `prepacked`: w already holds repack_weight's bytes (benchmarks time the matmul alone).
 py::array_t<float> matmul_repacked_py(const py::array& w, int wtype, int64_t N, int64_t K, const F32Array& x,
-                                      int n_threads) {
+                                      int n_threads, bool prepacked) {
     const GGMLType t = static_cast<GGMLType>(wtype);
     const lll::TypeTraits& wt = traits_from_int(wtype);
     if (!lll::can_repack(t, lll::best_isa()))
         throw std::invalid_argument(std::string("matmul_repacked: ") + wt.name + " is not repacked on this CPU");
-    const U8Array wb = checked_weights("matmul_repacked", wt, w, N, K, x);
+    U8Array wb;
+    if (prepacked) {
+        wb = raw_bytes(w, "w");
+        row_bytes(wt, K);
+        if (N <= 0 || (size_t)wb.size() != lll::repacked_bytes(t, N, K) || x.ndim() != 2 || x.shape(1) != K)
+            throw std::invalid_argument("matmul_repacked: w is not repack_weight's output for [N, K], or x is not [M, K]");
+    } else {
+        wb = checked_weights("matmul_repacked", wt, w, N, K, x);
+    }
     const int64_t M = x.shape(0);
     return on_shared_pool(n_threads, M, N, [&](lll::ThreadPool& pool, float* yp) {
-        std::vector<uint8_t> r(lll::repacked_bytes(t, N, K));
-        lll::repack_weight(pool, t, wb.data(), N, K, r.data());
+        std::vector<uint8_t> r;
+        const uint8_t* packed = wb.data();
+        if (!prepacked) {
+            r.resize(lll::repacked_bytes(t, N, K));
+            lll::repack_weight(pool, t, wb.data(), N, K, r.data());
+            packed = r.data();
+        }
         std::vector<uint8_t> xq(lll::act_buffer_bytes(wt.vec_dot_type, M, K));
         lll::quantize_activations(pool, wt.vec_dot_type, x.data(), M, K, xq.data(), lll::best_isa());
-        lll::matmul_q_repacked(pool, t, r.data(), N, K, xq.data(), M, yp, N);
+        lll::matmul_q_repacked(pool, t, packed, N, K, xq.data(), M, yp, N);
     });
+}
+
+// The panels repack_weight makes of N GGUF rows (for matmul_repacked(..., prepacked=True)).
+py::array_t<uint8_t> repack_weight_py(const py::array& w, int wtype, int64_t N, int64_t K, int n_threads) {
+    const GGMLType t = static_cast<GGMLType>(wtype);
+    const lll::TypeTraits& wt = traits_from_int(wtype);
+    if (!lll::can_repack(t, lll::best_isa()))
+        throw std::invalid_argument(std::string("repack_weight: ") + wt.name + " is not repacked on this CPU");
+    const U8Array wb = checked_weights("repack_weight", wt, w, N, K, F32Array({(py::ssize_t)1, (py::ssize_t)K}));
+    py::array_t<uint8_t> out((py::ssize_t)lll::repacked_bytes(t, N, K));
+    uint8_t* o = out.mutable_data();
+    SharedPool& sp = shared_pool(n_threads);
+    py::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> lock(sp.busy);
+    lll::repack_weight(sp.pool, t, wb.data(), N, K, o);
+    return out;
 }
 
 // A gated activation (act(gate) * up) through the model's path (SIMD where compiled) or its
@@ -357,8 +387,11 @@ py::array_t<float> attention_test_py(const F32Array& q, const F32Array& k, const
 
 void register_kernels(py::module_& m) {
     m.def("matmul_repacked", &matmul_repacked_py, py::arg("w"), py::arg("wtype"), py::arg("N"), py::arg("K"),
-          py::arg("x"), py::arg("n_threads") = 2,
-          "matmul with the weight first repacked into 16-row panels (bit-identical to matmul at the best ISA).");
+          py::arg("x"), py::arg("n_threads") = 2, py::arg("prepacked") = false,
+          "matmul with the weight first repacked into 16-row panels (bit-identical to matmul at the best ISA);"
+          " prepacked: w is repack_weight's output.");
+    m.def("repack_weight", &repack_weight_py, py::arg("w"), py::arg("wtype"), py::arg("N"), py::arg("K"),
+          py::arg("n_threads") = 2, "The 16-row panels a model stores for N GGUF rows of K elements.");
     m.def("matmul_llamacpp", &matmul_llamacpp_py, py::arg("w"), py::arg("wtype"), py::arg("N"), py::arg("K"),
           py::arg("x"), py::arg("n_threads") = 2, py::arg("reference") = false,
           "Y = x . w^T in llama.cpp's float order (legacy types, Q4_K, Q6_K), or its scalar reference.");

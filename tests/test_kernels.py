@@ -546,3 +546,8 @@ def test_repacked_weights_give_identical_results(t: T) -> None:
         except ValueError as e:
             pytest.skip(f"no repacking on this CPU: {e}")
         assert np.array_equal(got, _core.matmul(w, int(t), n, k, x, 2)), f"N={n} M={m}"
+        packed = _core.repack_weight(w, int(t), n, k)          # what benchmarks/matvec.py times
+        assert packed.nbytes == -(-n // 16) * 16 * w.nbytes // n
+        assert np.array_equal(_core.matmul_repacked(packed, int(t), n, k, x, 2, prepacked=True), got)
+    with pytest.raises(ValueError, match="repack_weight's output"):
+        _core.matmul_repacked(packed[:-1], int(t), n, k, x, 2, prepacked=True)

@@ -154,10 +154,29 @@ void pack_k4(const S& R, int64_t nu, Sink& P) {   // Q4_K, Q5_K
     }
 }
 
+// Unit 4 * half + kQuarter of a Q6_K superblock: low nibbles of l0 / l1 (quarters 0, 1) or
+// their high nibbles (2, 3), with bits 2 kQuarter.. of hb as bits 4-5. kQuarter is a template
+// argument so every shift is an immediate and nothing is indexed at run time (which made the
+// compiler keep l0 / l1 / hb on the stack).
+template <int kQuarter, class Sink>
+inline void q6_unit(const __m512i* l0, const __m512i* l1, const __m512i* hb, const __m512i* s,
+                    int64_t g, int half, Sink& P) {
+    const __m512i* src = kQuarter % 2 ? l1 : l0;
+    __m512i B[8];
+    for (int kg = 0; kg < 8; ++kg) {
+        const __m512i lo = kQuarter < 2 ? lo4(src[kg]) : hi4(src[kg]);
+        const __m512i hi = kQuarter <= 2 ? _mm512_slli_epi32(hb[kg], 4 - 2 * kQuarter)
+                                         : _mm512_srli_epi32(hb[kg], 2 * kQuarter - 4);
+        B[kg] = _mm512_ternarylogic_epi32(lo, hi, _mm512_set1_epi8(0x30), 0xF8);   // lo | (hi & 0x30)
+    }
+    const int sb = 2 * (4 * half + kQuarter);   // int8 scales of sub-blocks sb, sb + 1, sign-extended
+    const __m512i sc0 = q6_scale(s, sb), sc1 = q6_scale(s, sb + 1);
+    P.template kunit<true>(8 * g + 4 * half + kQuarter, B, sc0, sc1, int16_pair(sc0, sc1));
+}
+
 template <class S, class Sink>
 void pack_q6_K(const S& R, int64_t nu, Sink& P) {
     constexpr int kBytes = sizeof(block_q6_K);
-    const __m512i m2 = _mm512_set1_epi8(3);
     for (int64_t g = 0; g < nu / 8; ++g) {
         const size_t base = (size_t)g * kBytes;
         R.template prefetch<kBytes>(base);
@@ -168,23 +187,10 @@ void pack_q6_K(const S& R, int64_t nu, Sink& P) {
             R.t32(base + 64 * half, l0);
             R.t32(base + 64 * half + 32, l1);
             R.t32(base + 128 + 32 * half, hb);
-            for (int quarter = 0; quarter < 4; ++quarter) {
-                const int64_t u = 8 * g + 4 * half + quarter;
-                __m512i B[8];
-                for (int kg = 0; kg < 8; ++kg) {
-                    const __m512i src = quarter % 2 ? l1[kg] : l0[kg];
-                    const __m512i lo = quarter < 2 ? lo4(src) : hi4(src);
-                    const __m512i hi = _mm512_and_si512(_mm512_srli_epi32(hb[kg], 2 * quarter), m2);
-                    B[kg] = _mm512_or_si512(lo, _mm512_slli_epi32(hi, 4));
-                }
-                __m512i sc[2];
-                for (int k = 0; k < 2; ++k) {      // int8 scale of sub-block 2 (u % 8) + k, sign-extended
-                    const int sb = 2 * (4 * half + quarter) + k;
-                    sc[k] = q6_scale(s, sb);
-                }
-                const __m512i pair = int16_pair(sc[0], sc[1]);
-                P.template kunit<true>(u, B, sc[0], sc[1], pair);
-            }
+            q6_unit<0>(l0, l1, hb, s, g, half, P);
+            q6_unit<1>(l0, l1, hb, s, g, half, P);
+            q6_unit<2>(l0, l1, hb, s, g, half, P);
+            q6_unit<3>(l0, l1, hb, s, g, half, P);
         }
         const __m512 d = R.f16(base + 206, true);   // d: bytes 208..209
         P.template kgroup<true>(g, d, d);
@@ -240,10 +246,15 @@ struct NullSink {
 // ---- kernels: C activation rows x one panel, the fold of bseq.h with rows in lanes -----------
 
 // Exact unit sums (4 products per dpbusd per lane) of units u for activation row x.
+// Two independent dpbusd chains, added at the end: the sum is exact either way, and a single
+// chain of eight 5-cycle dpbusd is what bounded the one-row decode kernels.
 inline __m512i unit_sum(const __m512i* B, const int8_t* x, int k0, int k1) {
-    __m512i c = _mm512_setzero_si512();
-    for (int kg = k0; kg < k1; ++kg) c = _mm512_dpbusd_epi32(c, B[kg], bcast4(x + 4 * kg));
-    return c;
+    __m512i c0 = _mm512_setzero_si512(), c1 = _mm512_setzero_si512();
+    for (int kg = k0; kg < k1; kg += 2) {
+        c0 = _mm512_dpbusd_epi32(c0, B[kg], bcast4(x + 4 * kg));
+        c1 = _mm512_dpbusd_epi32(c1, B[kg + 1], bcast4(x + 4 * kg + 4));
+    }
+    return _mm512_add_epi32(c0, c1);
 }
 
 inline void load_units(const Panel& P, int64_t u, __m512i* B) {
