@@ -535,10 +535,11 @@ def test_geglu_simd_matches_scalar_reference() -> None:
 @pytest.mark.parametrize("t", [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K], ids=lambda t: t.name)
 def test_repacked_weights_give_identical_results(t: T) -> None:
     """Weights repacked at load (16-row panels) multiply bit for bit like the GGUF rows: for one
-    row (decode), a few rows, and blocks of 16+ rows (panel GEMM / AMX), N not a multiple of 16."""
+    row (decode), a few rows, and blocks of 16+ rows (panel GEMM / AMX; 32 and 64 rows: AMX
+    alone, with Q4_0 / Q5_0 / Q8_0 from the panel's signed copy), N not a multiple of 16."""
     rng = np.random.default_rng(int(t) + 400)
     k = 768
-    for n, m in ((37, 1), (64, 2), (45, 5), (33, 17), (16, 40)):
+    for n, m in ((37, 1), (64, 2), (45, 5), (33, 17), (16, 40), (50, 32), (20, 64)):
         w = make_weights(t, n, k, rng)
         x = make_acts(m, k, rng)
         try:

@@ -3,7 +3,8 @@
 // One TDPBSUD multiplies 16 activation rows (signed int8, a tile of 16 x 32 bytes read straight
 // from the row-major activation quants) by one packed 32-element unit of 16 weight rows
 // (unsigned, the panel's B layout is exactly AMX's 8 x 64-byte B tile), giving the 16 x 16
-// exact unit sums at once. The float fold then runs with the same instructions, in the same
+// exact unit sums at once. Q4_0 / Q5_0 / Q8_0 use the panel's signed copy (q minus the type's
+// offset) and TDPBSSD, so their sums arrive with the bias terms already subtracted. The float fold then runs with the same instructions, in the same
 // order, as the VNNI kernels of bseq_avx512.cpp, so both paths give bit-identical results and
 // which one runs (AMX for blocks of 16 rows, VNNI for the rest) never shows in the output.
 #include "bseq_panel.h"
@@ -41,12 +42,19 @@ struct TileConfig {
 #define kA 1      // activations
 #define kB 2      // packed weights
 #define kC2 3
-#define kA16 4
+#define kA16 4    // default layout: Q6_K's half units; rows64 layout: two more unit sums
 #define kB16 5
+#define kC3 4
+#define kC4 5
 #define kA2 6     // a second unit in flight (legacy types)
 #define kB2 7
 
-void configure_tiles() {
+// Two tile layouts, differing in tiles 4 and 5: the default one (16-row kernels, with Q6_K's
+// 16-element halves) and rows64's (four unit-sum tiles). Each thread keeps its layout loaded
+// and reloads it only when the kernel it runs needs the other one.
+enum class TileLayout { kNone, kDefault, kRows64 };
+
+void configure_tiles(TileLayout layout) {
     alignas(64) TileConfig cfg = {};
     cfg.palette = 1;
     auto set = [&](int t, int rows, int colsb) { cfg.rows[t] = (uint8_t)rows; cfg.colsb[t] = (uint16_t)colsb; };
@@ -54,8 +62,13 @@ void configure_tiles() {
     set(kA, 16, 32);      // 16 activation rows x one 32-element unit
     set(kB, 8, 64);       // one unit of the panel: 8 k-groups x (16 rows x 4 quants)
     set(kC2, 16, 64);
-    set(kA16, 16, 16);    // Q6_K: half units of 16 elements
-    set(kB16, 4, 64);
+    if (layout == TileLayout::kRows64) {
+        set(kC3, 16, 64);
+        set(kC4, 16, 64);
+    } else {
+        set(kA16, 16, 16);    // Q6_K: half units of 16 elements
+        set(kB16, 4, 64);
+    }
     set(kA2, 16, 32);
     set(kB2, 8, 64);
     _tile_loadconfig(&cfg);
@@ -64,9 +77,9 @@ void configure_tiles() {
 // The configuration stays loaded for the thread's life: reloading it for every panel cost more
 // than the tile work of a small panel. (A thread's tile state is then saved on context switches,
 // 8 KiB; the pool's threads live as long as the model.)
-void ensure_tiles_configured() {
-    thread_local bool configured = false;
-    if (!configured) configure_tiles(), configured = true;
+void ensure_tiles_configured(TileLayout layout) {
+    thread_local TileLayout loaded = TileLayout::kNone;
+    if (loaded != layout) configure_tiles(layout), loaded = layout;
 }
 
 inline __m512 neg(__m512 v) { return _mm512_xor_ps(v, _mm512_set1_ps(-0.0f)); }
@@ -77,6 +90,15 @@ inline void unit_tile(const ActPack& a, int64_t m, const Panel& P, int64_t u, in
     _tile_loadd(kA, a.q + m * a.K + 32 * u, a.K);
     _tile_loadd(kB, P.q + u * 512, 64);
     _tile_dpbsud(kC, kA, kB);
+    _tile_stored(kC, c, 64);
+}
+
+// The same from the signed quants (Q4_0 / Q5_0 / Q8_0): sums of (q - offset) x, bias included.
+inline void unit_tile_signed(const ActPack& a, int64_t m, const Panel& P, int64_t u, int32_t* c) {
+    _tile_zero(kC);
+    _tile_loadd(kA, a.q + m * a.K + 32 * u, a.K);
+    _tile_loadd(kB, P.qs + u * 512, 64);
+    _tile_dpbssd(kC, kA, kB);
     _tile_stored(kC, c, 64);
 }
 
@@ -96,27 +118,37 @@ inline void half_tiles(const ActPack& a, int64_t m, const Panel& P, int64_t u, i
 // Unit sums of two consecutive units at once, on separate tiles: the second unit's loads and
 // dot product overlap the first one's store and fold (with one tile set each unit waited for the
 // previous unit's store: the tile pipeline's latency, not its throughput, set the pace).
+// kSigned: from P.qs with TDPBSSD (Q4_0 / Q5_0 / Q8_0), else from P.q with TDPBSUD.
+template <bool kSigned>
 inline void unit_tiles2(const ActPack& a, int64_t m, const Panel& P, int64_t u, int32_t* c0, int32_t* c1) {
+    const uint8_t* b = kSigned ? (const uint8_t*)P.qs : P.q;
     _tile_zero(kC);
     _tile_zero(kC2);
     _tile_loadd(kA, a.q + m * a.K + 32 * u, a.K);
-    _tile_loadd(kB, P.q + u * 512, 64);
+    _tile_loadd(kB, b + u * 512, 64);
     _tile_loadd(kA2, a.q + m * a.K + 32 * (u + 1), a.K);
-    _tile_loadd(kB2, P.q + (u + 1) * 512, 64);
-    _tile_dpbsud(kC, kA, kB);
-    _tile_dpbsud(kC2, kA2, kB2);
+    _tile_loadd(kB2, b + (u + 1) * 512, 64);
+    if constexpr (kSigned) {
+        _tile_dpbssd(kC, kA, kB);
+        _tile_dpbssd(kC2, kA2, kB2);
+    } else {
+        _tile_dpbsud(kC, kA, kB);
+        _tile_dpbsud(kC2, kA2, kB2);
+    }
     _tile_stored(kC, c0, 64);
     _tile_stored(kC2, c1, 64);
 }
 
+// The float step of one unit for 16 activation rows: kernel_legacy's operations (bseq_avx512.cpp)
+// on the same exact integers (plus the min term for Q4_1 / Q5_1; for the other types the sums
+// come from the signed quants, bias included).
 template <bool kMin>
 inline void fold_legacy(const Panel& P, int64_t nu, const ActPack& a, int64_t m, int64_t u, const int32_t* c,
                         __m512* acc) {
     const __m512 dw = _mm512_load_ps(P.d + 16 * u);
-    for (int r = 0; r < 16; ++r) {      // same operations as kernel_legacy (bseq_avx512.cpp)
-        __m512i s = _mm512_load_si512(c + 16 * r);
+    for (int r = 0; r < 16; ++r) {
+        const __m512i s = _mm512_load_si512(c + 16 * r);
         const int64_t i = (m + r) * nu + u;
-        if constexpr (!kMin) s = _mm512_sub_epi32(s, _mm512_set1_epi32(a.bias[i]));
         acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(a.d[i])), acc[r]);
         if constexpr (kMin) acc[r] = _mm512_fmadd_ps(_mm512_load_ps(P.m + 16 * u), _mm512_set1_ps(a.s[i]), acc[r]);
     }
@@ -124,15 +156,17 @@ inline void fold_legacy(const Panel& P, int64_t nu, const ActPack& a, int64_t m,
 
 template <bool kMin>
 void rows16_legacy(const Panel& P, int64_t nu, const ActPack& a, int64_t m, __m512* acc) {
+    constexpr bool kSigned = !kMin;
     alignas(64) int32_t c0[16 * 16], c1[16 * 16];
     int64_t u = 0;
     for (; u + 2 <= nu; u += 2) {       // units fold in order: u, then u + 1
-        unit_tiles2(a, m, P, u, c0, c1);
+        unit_tiles2<kSigned>(a, m, P, u, c0, c1);
         fold_legacy<kMin>(P, nu, a, m, u, c0, acc);
         fold_legacy<kMin>(P, nu, a, m, u + 1, c1, acc);
     }
     if (u < nu) {
-        unit_tile(a, m, P, u, c0);
+        if constexpr (kSigned) unit_tile_signed(a, m, P, u, c0);
+        else unit_tile(a, m, P, u, c0);
         fold_legacy<kMin>(P, nu, a, m, u, c0, acc);
     }
 }
@@ -167,6 +201,66 @@ void rows16_kquant(const Panel& P, int64_t nu, const ActPack& a, int64_t m, __m5
     }
 }
 
+// 64 activation rows (four blocks of 16) against one panel, legacy types: per unit, the panel's
+// B tile is loaded once and four independent TDPs fill four unit-sum tiles, so the AMX pipeline
+// overlaps them instead of waiting out one TDP's latency per store; the float fold is then
+// fold_legacy's, row by row and unit by unit in the same order, with the accumulators in memory
+// (64 rows x 16 lanes do not fit in registers).
+template <bool kMin>
+void rows64_legacy(const Panel& P, int64_t nu, const ActPack& a, int64_t m, float* y, int64_t ldy, uint16_t lanes) {
+    constexpr bool kSigned = !kMin;
+    const uint8_t* b = kSigned ? (const uint8_t*)P.qs : P.q;
+    const int8_t* x = a.q + m * a.K;
+    const int64_t x16 = 16 * a.K;   // bytes from one block of 16 activation rows to the next
+    alignas(64) int32_t c[4][16 * 16];
+    alignas(64) float acc[64][16];   // written by unit 0 (no separate clearing pass)
+    for (int64_t u = 0; u < nu; ++u) {
+        _tile_zero(kC);
+        _tile_zero(kC2);
+        _tile_zero(kC3);
+        _tile_zero(kC4);
+        _tile_loadd(kB, b + u * 512, 64);
+        _tile_loadd(kA, x + 32 * u, a.K);
+        _tile_loadd(kA2, x + x16 + 32 * u, a.K);
+        if constexpr (kSigned) {
+            _tile_dpbssd(kC, kA, kB);
+            _tile_dpbssd(kC2, kA2, kB);
+        } else {
+            _tile_dpbsud(kC, kA, kB);
+            _tile_dpbsud(kC2, kA2, kB);
+        }
+        _tile_loadd(kA, x + 2 * x16 + 32 * u, a.K);
+        _tile_loadd(kA2, x + 3 * x16 + 32 * u, a.K);
+        if constexpr (kSigned) {
+            _tile_dpbssd(kC3, kA, kB);
+            _tile_dpbssd(kC4, kA2, kB);
+        } else {
+            _tile_dpbsud(kC3, kA, kB);
+            _tile_dpbsud(kC4, kA2, kB);
+        }
+        _tile_stored(kC, c[0], 64);
+        _tile_stored(kC2, c[1], 64);
+        _tile_stored(kC3, c[2], 64);
+        _tile_stored(kC4, c[3], 64);
+        const __m512 dw = _mm512_load_ps(P.d + 16 * u);
+        const __m512 mw = kMin ? _mm512_load_ps(P.m + 16 * u) : dw;
+        for (int j = 0; j < 4; ++j) {     // fold_legacy's operations, block j of 16 rows
+            const int64_t i0 = (m + 16 * j) * nu + u;
+#pragma GCC unroll 16
+            for (int r = 0; r < 16; ++r) {
+                const int64_t i = i0 + r * nu;
+                float* out = acc[16 * j + r];
+                const __m512 prev = u == 0 ? _mm512_setzero_ps() : _mm512_load_ps(out);
+                __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c[j] + 16 * r)),
+                                           _mm512_mul_ps(dw, _mm512_set1_ps(a.d[i])), prev);
+                if constexpr (kMin) v = _mm512_fmadd_ps(mw, _mm512_set1_ps(a.s[i]), v);
+                _mm512_store_ps(out, v);
+            }
+        }
+    }
+    for (int r = 0; r < 64; ++r) _mm512_mask_storeu_ps(y + (m + r) * ldy, (__mmask16)lanes, _mm512_load_ps(acc[r]));
+}
+
 }  // namespace
 
 bool amx_available() {
@@ -177,7 +271,17 @@ bool amx_available() {
 int64_t amx_rows(GGMLType t, const Panel& P, int64_t nu, const ActPack& a, int64_t m, int64_t me,
                  float* y, int64_t ldy, uint16_t lanes) {
     if (!amx_available()) return m;
-    ensure_tiles_configured();
+    const bool legacy = t != GGMLType::Q4_K && t != GGMLType::Q5_K && t != GGMLType::Q6_K;
+    if (legacy && me - m >= 64) {
+        ensure_tiles_configured(TileLayout::kRows64);
+        const bool with_min = t == GGMLType::Q4_1 || t == GGMLType::Q5_1;
+        for (; m + 64 <= me; m += 64) {
+            if (with_min) rows64_legacy<true>(P, nu, a, m, y, ldy, lanes);
+            else rows64_legacy<false>(P, nu, a, m, y, ldy, lanes);
+        }
+    }
+    if (m + 16 > me) return m;
+    ensure_tiles_configured(TileLayout::kDefault);
     for (; m + 16 <= me; m += 16) {
         __m512 acc[16];
         for (int r = 0; r < 16; ++r) acc[r] = _mm512_setzero_ps();

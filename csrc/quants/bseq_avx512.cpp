@@ -214,11 +214,18 @@ void pack_panel(GGMLType t, const S& R, int64_t nu, Sink& P) {
 // ---- where a packer's unpacked units go ------------------------------------------------------
 
 // PanelSink: into the panel buffer, for the kernels below (many activation rows).
+// With `to_signed` (AMX rows follow; Q4_0 / Q5_0 / Q8_0) the quants also go to P.qs minus their
+// offset, and only there when no VNNI rows follow (`to_unsigned` false).
 struct PanelSink {
     const Panel& P;
+    bool to_unsigned = true, to_signed = false;
+    __m512i offset = _mm512_setzero_si512();
     template <bool kMin>
     void legacy(int64_t u, const __m512i* B, __m512 dw, __m512 mw) {
-        for (int kg = 0; kg < 8; ++kg) _mm512_store_si512(P.q + u * 512 + 64 * kg, B[kg]);
+        for (int kg = 0; kg < 8; ++kg) {
+            if (to_unsigned) _mm512_store_si512(P.q + u * 512 + 64 * kg, B[kg]);
+            if (to_signed) _mm512_store_si512(P.qs + u * 512 + 64 * kg, _mm512_sub_epi8(B[kg], offset));
+        }
         _mm512_store_ps(P.d + 16 * u, dw);
         if constexpr (kMin) _mm512_store_ps(P.m + 16 * u, mw);
     }
@@ -364,7 +371,10 @@ void run_rows(GGMLType t, const Panel& P, int64_t nu, const ActPack& a, int64_t 
     for (int c = 0; c < C; ++c) _mm512_mask_storeu_ps(y + (m + c) * ldy, lanes, acc[c]);
 }
 
-constexpr int64_t kActBlock = 64;   // activation rows per pass over a packed panel
+// Activation rows per pass over a packed panel: each panel is unpacked once per block, so larger
+// blocks unpack less often (64 -> 256: +5-10% on SmolLM2 / Qwen2.5 prompts); 256 rows of
+// activation quants stay in L2 for the models here (K <= 4864: 1.2 MiB).
+constexpr int64_t kActBlock = 256;
 constexpr int64_t kDirectRows = 3;  // up to this many rows: bseq_decode.cpp (no packing)
 
 }  // namespace
@@ -393,13 +403,18 @@ void matmul_avx512(GGMLType t, const uint8_t* W, size_t ws, int64_t N, int64_t n
         const int64_t me = std::min(a.M, mb + kActBlock);
         for (int64_t p = n0; p < n1; p += kPanel) {
             const int nvalid = (int)std::min<int64_t>(kPanel, N - p);
+            PanelSink sink{P};
+            const int offset = signed_offset(t);
+            if (use_amx && offset && me - mb >= 16) {      // amx_rows reads P.qs
+                sink.to_signed = true;
+                sink.to_unsigned = (me - mb) % 16 != 0;
+                sink.offset = _mm512_set1_epi8((char)offset);
+            }
             if (repacked) {
                 const uint8_t* in = W + p / kPanel * panel_bytes;
-                PanelSink sink{P};
                 pack_panel(t, ReplayRows{&in, panel_bytes}, nu, sink);
             } else {
                 const Rows R(W + p * ws, ws, nvalid);
-                PanelSink sink{P};
                 pack_panel(t, GgufRows{R}, nu, sink);
             }
             const __mmask16 lanes = (__mmask16)((1u << nvalid) - 1);

@@ -16,14 +16,27 @@ struct Panel {
     float* m;         // [nu][16]     legacy min m_w (Q4_1/Q5_1), or [ng][16] dmin (Q4_K/Q5_K)
     int32_t* sc;      // [nu][2][16]  sub-block scales: Q4_K/Q5_K [0]; Q6_K both 16-halves
     int32_t* pair;    // [nu][16]     int16 pair for vpdpwssd: (min, min) Q4_K/Q5_K; (sc0, sc1) Q6_K
+    int8_t* qs;       // [nu][8][64]  Q4_0/Q5_0/Q8_0 for AMX: the quants minus their offset, signed
 };
+
+// The offset of the unsigned quants of Q4_0 / Q5_0 / Q8_0 in P.q (the bias terms of bseq.h);
+// 0 for the other types. AMX multiplies signed by signed (TDPBSSD) with q - offset, so its unit
+// sums need no bias subtraction: one float-side operation fewer per output and unit.
+inline int signed_offset(GGMLType t) {
+    switch (t) {
+        case GGMLType::Q4_0: return 8;
+        case GGMLType::Q5_0: return 16;
+        case GGMLType::Q8_0: return 128;
+        default: return 0;
+    }
+}
 
 // Grows, never shrinks; one per thread.
 class PanelBuffer {
 public:
     ~PanelBuffer() { free(mem_); }
     Panel get(int64_t nu) {
-        const size_t need = (size_t)nu * (512 + 64 + 64 + 128 + 64);
+        const size_t need = (size_t)nu * (512 + 64 + 64 + 128 + 64 + 512);
         if (need > cap_) {
             free(mem_);
             mem_ = aligned_alloc(64, need);
@@ -36,7 +49,8 @@ public:
         P.d = (float*)p;                  p += nu * 64;
         P.m = (float*)p;                  p += nu * 64;
         P.sc = (int32_t*)p;               p += nu * 128;
-        P.pair = (int32_t*)p;
+        P.pair = (int32_t*)p;             p += nu * 64;
+        P.qs = (int8_t*)p;
         return P;
     }
 private:
@@ -44,8 +58,9 @@ private:
     size_t cap_ = 0;
 };
 
-// AMX: activation rows [m, me) in multiples of 16 against one packed panel; returns the first
-// row not done (m itself when AMX is not compiled in or not available).
+// AMX: activation rows [m, me) in multiples of 16 against one packed panel (for Q4_0 / Q5_0 /
+// Q8_0 its signed quants P.qs); returns the first row not done (m itself when AMX is not
+// compiled in or not available).
 int64_t amx_rows(GGMLType t, const Panel& P, int64_t nu, const ActPack& a, int64_t m, int64_t me,
                  float* y, int64_t ldy, uint16_t lanes);
 
