@@ -261,6 +261,60 @@ void rows64_legacy(const Panel& P, int64_t nu, const ActPack& a, int64_t m, floa
     for (int r = 0; r < 64; ++r) _mm512_mask_storeu_ps(y + (m + r) * ldy, (__mmask16)lanes, _mm512_load_ps(acc[r]));
 }
 
+// The same for Q4_K / Q5_K: per unit, four unit-sum tiles scaled into 64 rows' integer sums
+// (isum, in memory); per group of 8 units, the min terms (aux, vpdpwssd over the group's units)
+// and rows16_kquant's float operations.
+void rows64_k4(const Panel& P, int64_t nu, const ActPack& a, int64_t m, float* y, int64_t ldy, uint16_t lanes) {
+    const int8_t* x = a.q + m * a.K;
+    const int64_t x16 = 16 * a.K;
+    const int64_t ng = nu / 8;
+    alignas(64) int32_t c[4][16 * 16];
+    alignas(64) int32_t isum[64][16];
+    alignas(64) float acc[64][16];
+    for (int64_t g = 0; g < ng; ++g) {
+        for (int64_t u = 8 * g; u < 8 * g + 8; ++u) {
+            _tile_zero(kC);
+            _tile_zero(kC2);
+            _tile_zero(kC3);
+            _tile_zero(kC4);
+            _tile_loadd(kB, P.q + u * 512, 64);
+            _tile_loadd(kA, x + 32 * u, a.K);
+            _tile_loadd(kA2, x + x16 + 32 * u, a.K);
+            _tile_dpbsud(kC, kA, kB);
+            _tile_dpbsud(kC2, kA2, kB);
+            _tile_loadd(kA, x + 2 * x16 + 32 * u, a.K);
+            _tile_loadd(kA2, x + 3 * x16 + 32 * u, a.K);
+            _tile_dpbsud(kC3, kA, kB);
+            _tile_dpbsud(kC4, kA2, kB);
+            _tile_stored(kC, c[0], 64);
+            _tile_stored(kC2, c[1], 64);
+            _tile_stored(kC3, c[2], 64);
+            _tile_stored(kC4, c[3], 64);
+            const __m512i sc = _mm512_load_si512(P.sc + 32 * u);
+            const bool first = u == 8 * g;
+#pragma GCC unroll 16
+            for (int r = 0; r < 64; ++r) {   // integer terms: exact, any order
+                const __m512i v = _mm512_mullo_epi32(sc, _mm512_load_si512(c[r / 16] + 16 * (r % 16)));
+                _mm512_store_si512(isum[r], first ? v : _mm512_add_epi32(_mm512_load_si512(isum[r]), v));
+            }
+        }
+        __m512i pair[8];
+        for (int k = 0; k < 8; ++k) pair[k] = _mm512_load_si512(P.pair + 16 * (8 * g + k));
+        const __m512 dw = _mm512_load_ps(P.d + 16 * g), dmin = _mm512_load_ps(P.m + 16 * g);
+        for (int r = 0; r < 64; ++r) {       // rows16_kquant's float operations
+            const int32_t* bsum = a.bsum + (m + r) * nu + 8 * g;
+            __m512i aux = _mm512_setzero_si512();
+            for (int k = 0; k < 8; ++k) aux = _mm512_dpwssd_epi32(aux, pair[k], _mm512_set1_epi32(bsum[k]));
+            const __m512 dx = _mm512_set1_ps(a.d[(m + r) * ng + g]);
+            __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(isum[r])), _mm512_mul_ps(dw, dx),
+                                       g == 0 ? _mm512_setzero_ps() : _mm512_load_ps(acc[r]));
+            v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(aux), neg(_mm512_mul_ps(dmin, dx)), v);
+            _mm512_store_ps(acc[r], v);
+        }
+    }
+    for (int r = 0; r < 64; ++r) _mm512_mask_storeu_ps(y + (m + r) * ldy, (__mmask16)lanes, _mm512_load_ps(acc[r]));
+}
+
 }  // namespace
 
 bool amx_available() {
@@ -271,13 +325,14 @@ bool amx_available() {
 int64_t amx_rows(GGMLType t, const Panel& P, int64_t nu, const ActPack& a, int64_t m, int64_t me,
                  float* y, int64_t ldy, uint16_t lanes) {
     if (!amx_available()) return m;
-    const bool legacy = t != GGMLType::Q4_K && t != GGMLType::Q5_K && t != GGMLType::Q6_K;
-    if (legacy && me - m >= 64) {
+    if (t != GGMLType::Q6_K && me - m >= 64) {
         ensure_tiles_configured(TileLayout::kRows64);
-        const bool with_min = t == GGMLType::Q4_1 || t == GGMLType::Q5_1;
         for (; m + 64 <= me; m += 64) {
-            if (with_min) rows64_legacy<true>(P, nu, a, m, y, ldy, lanes);
-            else rows64_legacy<false>(P, nu, a, m, y, ldy, lanes);
+            switch (t) {
+                case GGMLType::Q4_1: case GGMLType::Q5_1: rows64_legacy<true>(P, nu, a, m, y, ldy, lanes); break;
+                case GGMLType::Q4_K: case GGMLType::Q5_K: rows64_k4(P, nu, a, m, y, ldy, lanes); break;
+                default: rows64_legacy<false>(P, nu, a, m, y, ldy, lanes); break;
+            }
         }
     }
     if (m + 16 > me) return m;
