@@ -74,32 +74,64 @@ void quantize_activations(ThreadPool& pool, GGMLType vec_dot_type, const float* 
 
 namespace {
 
-// Block-sequential types (quants/bseq.h): activations split once, then each thread runs the
-// panel kernels over its own range of 16-row weight panels.
-void matmul_bseq(ThreadPool& pool, GGMLType wtype, const uint8_t* w, int64_t wrb, int64_t N, int64_t K,
-                 const uint8_t* x, int64_t xrb, int64_t M, float* Y, int64_t ldy, bool repacked) {
-    thread_local std::vector<uint8_t> scratch;
-    const size_t need = bseq::act_pack_bytes(wtype, M, K);
-    if (scratch.size() < need) scratch.resize(need);
-    bseq::ActPack ap;
-    bseq::act_pack_init(wtype, M, K, scratch.data(), &ap);
-    run_maybe_parallel(pool, M * K >= kSerialWork, [&](int ith, int nth) {
-        bseq::act_pack_rows(wtype, x, (size_t)xrb, M * ith / nth, M * (ith + 1) / nth, &ap);
-    });
+// Block-sequential types (quants/bseq.h): activations split once per weight type, then the
+// threads run the panel kernels over the 16-row weight panels of one or more matrices.
+struct BseqJob {
+    GGMLType wtype;
+    const uint8_t* w;
+    int64_t wrb, N;
+    float* Y;
+    int64_t ldy;
+    bool repacked;
+};
+
+constexpr int kMaxJobs = 4;   // matrices per parallel region (q/k/v: 3)
+
+void matmul_bseq_jobs(ThreadPool& pool, const BseqJob* jobs, int n_jobs, int64_t K, const uint8_t* x,
+                      int64_t xrb, int64_t M) {
+    if (n_jobs > kMaxJobs) throw std::logic_error("matmul_bseq_jobs: too many matrices in one region");
+    thread_local std::vector<uint8_t> scratch[kMaxJobs];   // no allocation per decode step
+    bseq::ActPack packs[kMaxJobs];
+    int64_t first_panel[kMaxJobs + 1] = {0};   // panels of jobs [0, j) come first
+    int64_t work = 0;
+    for (int j = 0; j < n_jobs; ++j) {
+        const BseqJob& J = jobs[j];
+        const size_t need = bseq::act_pack_bytes(J.wtype, M, K);
+        if (scratch[j].size() < need) scratch[j].resize(need);
+        bseq::act_pack_init(J.wtype, M, K, scratch[j].data(), &packs[j]);
+        run_maybe_parallel(pool, M * K >= kSerialWork, [&](int ith, int nth) {
+            bseq::act_pack_rows(J.wtype, x, (size_t)xrb, M * ith / nth, M * (ith + 1) / nth, &packs[j]);
+        });
+        first_panel[j + 1] = first_panel[j] + (J.N + bseq::kPanel - 1) / bseq::kPanel;
+        work += J.N * K * M;
+    }
     static const bool amx = bseq::amx_available();
-    const int64_t panels = (N + bseq::kPanel - 1) / bseq::kPanel;
+    const int64_t panels = first_panel[n_jobs];
     // Threads take runs of panels from a shared counter rather than a fixed half each: on a
     // shared machine one thread often runs slower, and a fixed split left the other spinning at
     // the barrier (10% of a decode step). Which thread computes a panel changes no bit of it.
+    // A run ends where its matrix does.
     std::atomic<int64_t> next_panel{0};
-    run_maybe_parallel(pool, N * K * M >= kSerialWork && panels >= 2, [&](int ith, int nth) {
+    run_maybe_parallel(pool, work >= kSerialWork && panels >= 2, [&](int ith, int nth) {
         const int64_t run = std::max<int64_t>(2, panels / (8 * nth));
+        int j = 0;
         for (int64_t p0; (p0 = next_panel.fetch_add(run, std::memory_order_relaxed)) < panels;) {
-            const int64_t p1 = std::min(panels, p0 + run);
-            bseq::matmul_avx512(wtype, w, (size_t)wrb, N, p0 * bseq::kPanel,
-                                std::min(N, p1 * bseq::kPanel), ap, Y, ldy, amx, repacked);
+            for (const int64_t p_end = std::min(panels, p0 + run); p0 < p_end;) {
+                while (first_panel[j + 1] <= p0) ++j;
+                const BseqJob& J = jobs[j];
+                const int64_t q0 = p0 - first_panel[j], q1 = std::min(p_end, first_panel[j + 1]) - first_panel[j];
+                bseq::matmul_avx512(J.wtype, J.w, (size_t)J.wrb, J.N, q0 * bseq::kPanel,
+                                    std::min(J.N, q1 * bseq::kPanel), packs[j], J.Y, J.ldy, amx, J.repacked);
+                p0 = first_panel[j] + q1;
+            }
         }
     });
+}
+
+void matmul_bseq(ThreadPool& pool, GGMLType wtype, const uint8_t* w, int64_t wrb, int64_t N, int64_t K,
+                 const uint8_t* x, int64_t xrb, int64_t M, float* Y, int64_t ldy, bool repacked) {
+    const BseqJob job{wtype, w, wrb, N, Y, ldy, repacked};
+    matmul_bseq_jobs(pool, &job, 1, K, x, xrb, M);
 }
 
 }  // namespace
@@ -182,6 +214,28 @@ void matmul_q_repacked(ThreadPool& pool, GGMLType wtype, const void* Wr, int64_t
     if (M < 0 || N < 0 || ldy < N) throw std::invalid_argument("matmul_q_repacked: bad M, N or ldy");
     if (M == 0 || N == 0) return;
     matmul_bseq(pool, wtype, (const uint8_t*)Wr, wrb, N, K, (const uint8_t*)Xq, xrb, M, Y, ldy, true);
+}
+
+void matmul_q_repacked_group(ThreadPool& pool, const RepackedMatmul* jobs, int n_jobs, int64_t K,
+                             const void* Xq, int64_t M) {
+    if (n_jobs <= 0) return;
+    const GGMLType vdt = traits_or_throw(jobs[0].wtype, "matmul_q_repacked_group").vec_dot_type;
+    const int64_t xrb = row_bytes(traits_or_throw(vdt, "matmul_q_repacked_group"), K, "matmul_q_repacked_group");
+    if (M < 0) throw std::invalid_argument("matmul_q_repacked_group: M must be >= 0");
+    BseqJob bj[kMaxJobs];
+    int n = 0;
+    for (int j = 0; j < n_jobs; ++j) {
+        const RepackedMatmul& J = jobs[j];
+        const TypeTraits& wt = traits_or_throw(J.wtype, "matmul_q_repacked_group");
+        if (wt.vec_dot_type != vdt)
+            throw std::invalid_argument("matmul_q_repacked_group: the weights need different activation types");
+        if (J.N < 0 || J.ldy < J.N) throw std::invalid_argument("matmul_q_repacked_group: bad N or ldy");
+        if (J.N > 0) bj[n++] = {J.wtype, (const uint8_t*)J.Wr, row_bytes(wt, K, "matmul_q_repacked_group"), J.N, J.Y, J.ldy, true};
+        if (M > 0 && n > 0 && (n == kMaxJobs || j == n_jobs - 1)) {
+            matmul_bseq_jobs(pool, bj, n, K, (const uint8_t*)Xq, xrb, M);
+            n = 0;
+        }
+    }
 }
 
 void matmul(ThreadPool& pool, GGMLType wtype, const void* W, int64_t N, int64_t K,

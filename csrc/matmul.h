@@ -44,6 +44,20 @@ private:
 void matmul_q_repacked(ThreadPool& pool, GGMLType wtype, const void* Wr, int64_t N, int64_t K,
                        const void* Xq, int64_t M, float* Y, int64_t ldy);
 
+// Several repacked weights applied to the same quantized X (q/k/v, gate/up): one parallel region
+// whose threads take panels of all of them in turn, so a decode step pays one hand-off and one
+// final wait for the group instead of one per matrix. Every weight needs X's activation type
+// and K; each result is bit-identical to matmul_q_repacked's.
+struct RepackedMatmul {
+    GGMLType wtype;
+    const void* Wr;
+    int64_t N;
+    float* Y;          // [M, ldy]
+    int64_t ldy;
+};
+void matmul_q_repacked_group(ThreadPool& pool, const RepackedMatmul* jobs, int n_jobs, int64_t K,
+                             const void* Xq, int64_t M);
+
 // Convenience: quantize X then matmul_q into Y (row stride N), with internal scratch.
 void matmul(ThreadPool& pool, GGMLType wtype, const void* W, int64_t N, int64_t K,
             const float* X, int64_t M, float* Y, Isa isa);

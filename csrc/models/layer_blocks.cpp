@@ -29,8 +29,33 @@ static void linear_quantized(Model& m, const WeightRef& w, const void* xq, int64
 
 // Several matrices applied to the same x (q/k/v, gate/up): x is quantized once for each run of
 // matrices that share an activation type, not once per matrix.
+// Repacked matrices waiting to run on the same quantized x (a fixed array: no allocation).
+struct PendingGroup {
+    static constexpr int kMax = 4;
+    const LinearOut* out[kMax];
+    int n = 0;
+    const void* xq = nullptr;
+};
+
+// The repacked matrices collected for one quantized x, as one matmul_q_repacked_group.
+static void flush_group(Model& m, PendingGroup& group, int64_t T) {
+    if (group.n == 0) return;
+    RepackedMatmul jobs[PendingGroup::kMax];
+    for (int i = 0; i < group.n; ++i) {
+        const WeightRef& w = *group.out[i]->w;
+        jobs[i] = {w.type, w.data, w.ne1, group.out[i]->y, w.ne1};
+    }
+    matmul_q_repacked_group(m.pool(), jobs, group.n, group.out[0]->w->ne0, group.xq, T);
+    for (int i = 0; i < group.n; ++i) {
+        const LinearOut& o = *group.out[i];
+        if (o.bias && o.bias->present()) add_bias_rows(o.y, o.bias->f32(), T, o.w->ne1);
+    }
+    group.n = 0;
+}
+
 static void linear_same_input(Model& m, std::initializer_list<LinearOut> outs, const float* x, int64_t T) {
     void* xq = m.s.xq.data();
+    PendingGroup group;
     bool quantized = false;
     GGMLType quantized_as = GGMLType::F32;
     for (const LinearOut& o : outs) {
@@ -43,12 +68,20 @@ static void linear_same_input(Model& m, std::initializer_list<LinearOut> outs, c
         }
         const GGMLType vdt = type_traits(o.w->type)->vec_dot_type;
         if (!quantized || vdt != quantized_as) {
+            flush_group(m, group, T);
             quantize_activations(m.pool(), vdt, x, T, o.w->ne0, xq, m.isa());
             quantized = true;
             quantized_as = vdt;
         }
-        linear_quantized(m, *o.w, xq, T, o.y, o.bias);
+        if (!o.w->repacked) {
+            linear_quantized(m, *o.w, xq, T, o.y, o.bias);
+            continue;
+        }
+        if (group.n == PendingGroup::kMax) flush_group(m, group, T);
+        group.out[group.n++] = &o;   // run together: one parallel region
+        group.xq = xq;
     }
+    flush_group(m, group, T);
 }
 
 void linear(Model& m, const WeightRef& w, const float* x, int64_t T, float* y, const WeightRef* bias) {
