@@ -109,14 +109,19 @@ void matmul_bseq_jobs(ThreadPool& pool, const BseqJob* jobs, int n_jobs, int64_t
     const int64_t panels = first_panel[n_jobs];
     // Threads take runs of panels from a shared counter rather than a fixed half each: on a
     // shared machine one thread often runs slower, and a fixed split left the other spinning at
-    // the barrier (10% of a decode step). Which thread computes a panel changes no bit of it.
-    // A run ends where its matrix does.
+    // the barrier (10% of a decode step). Runs shrink as the work runs out (a quarter of what is
+    // left per thread), so the last one is short: fixed runs of an eighth left one thread alone
+    // on a 0.5 ms run at the end of Gemma3's output matrix. Which thread computes a panel changes
+    // no bit of it. A run ends where its matrix does.
     std::atomic<int64_t> next_panel{0};
     run_maybe_parallel(pool, work >= kSerialWork && panels >= 2, [&](int ith, int nth) {
-        const int64_t run = std::max<int64_t>(2, panels / (8 * nth));
         int j = 0;
-        for (int64_t p0; (p0 = next_panel.fetch_add(run, std::memory_order_relaxed)) < panels;) {
-            for (const int64_t p_end = std::min(panels, p0 + run); p0 < p_end;) {
+        int64_t p0 = next_panel.load(std::memory_order_relaxed);
+        while (p0 < panels) {
+            const int64_t run = std::max<int64_t>(2, (panels - p0) / (4 * nth));
+            if (!next_panel.compare_exchange_weak(p0, p0 + run, std::memory_order_relaxed)) continue;
+            const int64_t p_end = std::min(panels, p0 + run);
+            while (p0 < p_end) {
                 while (first_panel[j + 1] <= p0) ++j;
                 const BseqJob& J = jobs[j];
                 const int64_t q0 = p0 - first_panel[j], q1 = std::min(p_end, first_panel[j + 1]) - first_panel[j];
@@ -124,6 +129,7 @@ void matmul_bseq_jobs(ThreadPool& pool, const BseqJob* jobs, int n_jobs, int64_t
                                     std::min(J.N, q1 * bseq::kPanel), packs[j], J.Y, J.ldy, amx, J.repacked);
                 p0 = first_panel[j] + q1;
             }
+            p0 = next_panel.load(std::memory_order_relaxed);
         }
     });
 }

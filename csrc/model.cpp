@@ -89,10 +89,13 @@ void Model::repack_layer_weights() {
     }
 }
 
+// In the order a token uses them, which is also their order in the repacked arena: a kernel's
+// prefetch past the end of one matrix then warms the start of the next.
 std::vector<WeightRef*> Model::matrices() {
-    std::vector<WeightRef*> all{&w_.output};
+    std::vector<WeightRef*> all;
     for (LayerWeights& L : w_.layers)
         for (WeightRef* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) all.push_back(w);
+    all.push_back(&w_.output);
     return all;
 }
 

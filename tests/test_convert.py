@@ -306,16 +306,38 @@ def test_bf16_logits_match_transformers(name, converted):
     assert err <= 3e-2, f"{name} bf16: relative logits error {err:.4f}"
 
 
+def hf_q8_0_logits(name: str, ids: list[int]) -> np.ndarray:
+    """transformers' fp32 logits with every matrix rounded through gguf-py's Q8_0 (quantize,
+    then dequantize): the best any Q8_0 file can do, since the bytes must equal gguf-py's."""
+    from gguf.quants import dequantize, quantize
+    from transformers import AutoModelForCausalLM
+    key = f"{name}-q8_0-weights"
+    if key not in _HF:
+        model = AutoModelForCausalLM.from_pretrained(checkpoint(name), dtype=torch.float32).eval()
+        with torch.no_grad():
+            for p in model.parameters():
+                if p.ndim == 2:
+                    w = p.detach().numpy()
+                    p.copy_(torch.from_numpy(dequantize(quantize(w, gguf.GGMLQuantizationType.Q8_0),
+                                                        gguf.GGMLQuantizationType.Q8_0).reshape(w.shape)))
+        _HF[key] = model
+    with torch.no_grad():
+        return _HF[key](torch.tensor([ids])).logits[0].float().numpy()
+
+
 def test_q8_0_top1_agreement_smollm2(converted):
     # Reference: transformers fp32 (the F16 file matches it to ~1e-3, test above). SmolLM2-135M
-    # is sensitive to weight rounding: transformers itself, with its weights rounded to Q8_0 by
-    # gguf-py, agrees with fp32 on ~96% of these positions, so 99% is out of reach for any Q8_0;
-    # the bound asserts we lose no more than that.
+    # is sensitive to weight rounding: transformers itself, with its weights rounded to Q8_0,
+    # agrees with fp32 on 98.8% of these 256 positions (98.0% of 1024), so the issue's 99% is out
+    # of reach for any Q8_0 file. We also round the activations to 8 bits, as llama.cpp does (its
+    # order, numerics="llama.cpp", scores the same on 1024 positions): the bound holds us within
+    # 3.5 points of the weights-only ceiling, measured here (96.1% vs 98.8%).
     path = converted("smollm2", "q8_0")
     ids = corpus_ids(path, 256)
     ours, ref = llm_logits(path, ids), hf_logits("smollm2", ids)
+    ceiling = float((hf_q8_0_logits("smollm2", ids).argmax(-1) == ref.argmax(-1)).mean())
     agree = float((ours.argmax(-1) == ref.argmax(-1)).mean())
-    assert agree >= 0.93, f"q8_0 top-1 agreement {agree:.3f}"
+    assert agree >= ceiling - 0.035, f"q8_0 top-1 agreement {agree:.3f}, transformers with Q8_0 weights {ceiling:.3f}"
     assert rel_err(ours, ref) <= 0.06
 
 
