@@ -49,6 +49,13 @@ struct TileConfig {
 #define kA2 6     // a second unit in flight (legacy types)
 #define kB2 7
 
+// c += a . b, with signed (TDPBSSD) or unsigned (TDPBSUD) weight bytes b.
+#define LLL_TDP(kSigned, c, a, b)              \
+    do {                                       \
+        if constexpr (kSigned) _tile_dpbssd(c, a, b); \
+        else _tile_dpbsud(c, a, b);            \
+    } while (0)
+
 // Two tile layouts, differing in tiles 4 and 5: the default one (16-row kernels, with Q6_K's
 // 16-element halves) and rows64's (four unit-sum tiles). Each thread keeps its layout loaded
 // and reloads it only when the kernel it runs needs the other one.
@@ -85,20 +92,13 @@ void ensure_tiles_configured(TileLayout layout) {
 inline __m512 neg(__m512 v) { return _mm512_xor_ps(v, _mm512_set1_ps(-0.0f)); }
 
 // Unit sums C[16 act rows][16 weight rows] of unit u (halves: Q6_K's two 16-element halves).
+// kSigned: from the signed quants (Q4_0 / Q5_0 / Q8_0), sums of (q - offset) x, bias included.
+template <bool kSigned = false>
 inline void unit_tile(const ActPack& a, int64_t m, const Panel& P, int64_t u, int32_t* c) {
     _tile_zero(kC);
     _tile_loadd(kA, a.q + m * a.K + 32 * u, a.K);
-    _tile_loadd(kB, P.q + u * 512, 64);
-    _tile_dpbsud(kC, kA, kB);
-    _tile_stored(kC, c, 64);
-}
-
-// The same from the signed quants (Q4_0 / Q5_0 / Q8_0): sums of (q - offset) x, bias included.
-inline void unit_tile_signed(const ActPack& a, int64_t m, const Panel& P, int64_t u, int32_t* c) {
-    _tile_zero(kC);
-    _tile_loadd(kA, a.q + m * a.K + 32 * u, a.K);
-    _tile_loadd(kB, P.qs + u * 512, 64);
-    _tile_dpbssd(kC, kA, kB);
+    _tile_loadd(kB, (kSigned ? (const uint8_t*)P.qs : P.q) + u * 512, 64);
+    LLL_TDP(kSigned, kC, kA, kB);
     _tile_stored(kC, c, 64);
 }
 
@@ -128,13 +128,8 @@ inline void unit_tiles2(const ActPack& a, int64_t m, const Panel& P, int64_t u, 
     _tile_loadd(kB, b + u * 512, 64);
     _tile_loadd(kA2, a.q + m * a.K + 32 * (u + 1), a.K);
     _tile_loadd(kB2, b + (u + 1) * 512, 64);
-    if constexpr (kSigned) {
-        _tile_dpbssd(kC, kA, kB);
-        _tile_dpbssd(kC2, kA2, kB2);
-    } else {
-        _tile_dpbsud(kC, kA, kB);
-        _tile_dpbsud(kC2, kA2, kB2);
-    }
+    LLL_TDP(kSigned, kC, kA, kB);
+    LLL_TDP(kSigned, kC2, kA2, kB2);
     _tile_stored(kC, c0, 64);
     _tile_stored(kC2, c1, 64);
 }
@@ -165,8 +160,7 @@ void rows16_legacy(const Panel& P, int64_t nu, const ActPack& a, int64_t m, __m5
         fold_legacy<kMin>(P, nu, a, m, u + 1, c1, acc);
     }
     if (u < nu) {
-        if constexpr (kSigned) unit_tile_signed(a, m, P, u, c0);
-        else unit_tile(a, m, P, u, c0);
+        unit_tile<kSigned>(a, m, P, u, c0);
         fold_legacy<kMin>(P, nu, a, m, u, c0, acc);
     }
 }
@@ -201,9 +195,34 @@ void rows16_kquant(const Panel& P, int64_t nu, const ActPack& a, int64_t m, __m5
     }
 }
 
-// 64 activation rows (four blocks of 16) against one panel, legacy types: per unit, the panel's
-// B tile is loaded once and four independent TDPs fill four unit-sum tiles, so the AMX pipeline
-// overlaps them instead of waiting out one TDP's latency per store; the float fold is then
+// Unit sums of one unit for four blocks of 16 activation rows (x: the first block's unit, x16
+// bytes from block to block) into c[block]: the weight tile b is loaded once, and four
+// independent TDPs fill four tiles, which the tile pipeline overlaps. kSigned: TDPBSSD on the
+// signed quants, else TDPBSUD.
+template <bool kSigned>
+inline void unit_sums_x4(const uint8_t* b, const int8_t* x, int64_t x16, int64_t ldx, int32_t (*c)[16 * 16]) {
+    _tile_zero(kC);
+    _tile_zero(kC2);
+    _tile_zero(kC3);
+    _tile_zero(kC4);
+    _tile_loadd(kB, b, 64);
+    _tile_loadd(kA, x, ldx);
+    _tile_loadd(kA2, x + x16, ldx);
+    LLL_TDP(kSigned, kC, kA, kB);
+    LLL_TDP(kSigned, kC2, kA2, kB);
+    _tile_loadd(kA, x + 2 * x16, ldx);
+    _tile_loadd(kA2, x + 3 * x16, ldx);
+    LLL_TDP(kSigned, kC3, kA, kB);
+    LLL_TDP(kSigned, kC4, kA2, kB);
+    _tile_stored(kC, c[0], 64);
+    _tile_stored(kC2, c[1], 64);
+    _tile_stored(kC3, c[2], 64);
+    _tile_stored(kC4, c[3], 64);
+}
+
+// 64 activation rows (four blocks of 16) against one panel, legacy types: per unit, the four
+// blocks' unit sums (unit_sums_x4), where one block's tile work used to wait out the previous
+// unit's TDP and store; the float fold is then
 // fold_legacy's, row by row and unit by unit in the same order, with the accumulators in memory
 // (64 rows x 16 lanes do not fit in registers).
 template <bool kMin>
@@ -215,33 +234,7 @@ void rows64_legacy(const Panel& P, int64_t nu, const ActPack& a, int64_t m, floa
     alignas(64) int32_t c[4][16 * 16];
     alignas(64) float acc[64][16];   // written by unit 0 (no separate clearing pass)
     for (int64_t u = 0; u < nu; ++u) {
-        _tile_zero(kC);
-        _tile_zero(kC2);
-        _tile_zero(kC3);
-        _tile_zero(kC4);
-        _tile_loadd(kB, b + u * 512, 64);
-        _tile_loadd(kA, x + 32 * u, a.K);
-        _tile_loadd(kA2, x + x16 + 32 * u, a.K);
-        if constexpr (kSigned) {
-            _tile_dpbssd(kC, kA, kB);
-            _tile_dpbssd(kC2, kA2, kB);
-        } else {
-            _tile_dpbsud(kC, kA, kB);
-            _tile_dpbsud(kC2, kA2, kB);
-        }
-        _tile_loadd(kA, x + 2 * x16 + 32 * u, a.K);
-        _tile_loadd(kA2, x + 3 * x16 + 32 * u, a.K);
-        if constexpr (kSigned) {
-            _tile_dpbssd(kC3, kA, kB);
-            _tile_dpbssd(kC4, kA2, kB);
-        } else {
-            _tile_dpbsud(kC3, kA, kB);
-            _tile_dpbsud(kC4, kA2, kB);
-        }
-        _tile_stored(kC, c[0], 64);
-        _tile_stored(kC2, c[1], 64);
-        _tile_stored(kC3, c[2], 64);
-        _tile_stored(kC4, c[3], 64);
+        unit_sums_x4<kSigned>(b + u * 512, x + 32 * u, x16, a.K, c);
         const __m512 dw = _mm512_load_ps(P.d + 16 * u);
         const __m512 mw = kMin ? _mm512_load_ps(P.m + 16 * u) : dw;
         for (int j = 0; j < 4; ++j) {     // fold_legacy's operations, block j of 16 rows
@@ -273,23 +266,7 @@ void rows64_k4(const Panel& P, int64_t nu, const ActPack& a, int64_t m, float* y
     alignas(64) float acc[64][16];
     for (int64_t g = 0; g < ng; ++g) {
         for (int64_t u = 8 * g; u < 8 * g + 8; ++u) {
-            _tile_zero(kC);
-            _tile_zero(kC2);
-            _tile_zero(kC3);
-            _tile_zero(kC4);
-            _tile_loadd(kB, P.q + u * 512, 64);
-            _tile_loadd(kA, x + 32 * u, a.K);
-            _tile_loadd(kA2, x + x16 + 32 * u, a.K);
-            _tile_dpbsud(kC, kA, kB);
-            _tile_dpbsud(kC2, kA2, kB);
-            _tile_loadd(kA, x + 2 * x16 + 32 * u, a.K);
-            _tile_loadd(kA2, x + 3 * x16 + 32 * u, a.K);
-            _tile_dpbsud(kC3, kA, kB);
-            _tile_dpbsud(kC4, kA2, kB);
-            _tile_stored(kC, c[0], 64);
-            _tile_stored(kC2, c[1], 64);
-            _tile_stored(kC3, c[2], 64);
-            _tile_stored(kC4, c[3], 64);
+            unit_sums_x4<false>(P.q + u * 512, x + 32 * u, x16, a.K, c);
             const __m512i sc = _mm512_load_si512(P.sc + 32 * u);
             const bool first = u == 8 * g;
 #pragma GCC unroll 16
