@@ -96,14 +96,20 @@ void matmul_bseq_jobs(ThreadPool& pool, const BseqJob* jobs, int n_jobs, int64_t
     int64_t work = 0;
     for (int j = 0; j < n_jobs; ++j) {
         const BseqJob& J = jobs[j];
+        first_panel[j + 1] = first_panel[j] + (J.N + bseq::kPanel - 1) / bseq::kPanel;
+        work += J.N * K * M;
+        int same = 0;   // a matrix of the same type earlier in the group: its split serves
+        while (same < j && jobs[same].wtype != J.wtype) ++same;
+        if (same < j) {
+            packs[j] = packs[same];
+            continue;
+        }
         const size_t need = bseq::act_pack_bytes(J.wtype, M, K);
         if (scratch[j].size() < need) scratch[j].resize(need);
         bseq::act_pack_init(J.wtype, M, K, scratch[j].data(), &packs[j]);
         run_maybe_parallel(pool, M * K >= kSerialWork, [&](int ith, int nth) {
             bseq::act_pack_rows(J.wtype, x, (size_t)xrb, M * ith / nth, M * (ith + 1) / nth, &packs[j]);
         });
-        first_panel[j + 1] = first_panel[j] + (J.N + bseq::kPanel - 1) / bseq::kPanel;
-        work += J.N * K * M;
     }
     static const bool amx = bseq::amx_available();
     const int64_t panels = first_panel[n_jobs];

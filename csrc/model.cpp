@@ -89,6 +89,20 @@ void Model::repack_layer_weights() {
     }
 }
 
+const float* Model::rope_cs(const int32_t* positions, int64_t T, float base) {
+    for (RopeCache& c : rope_cache_)
+        if (c.base == base && (int64_t)c.positions.size() == T &&
+            std::equal(positions, positions + T, c.positions.begin()))
+            return c.cs.data();
+    RopeCache& c = rope_cache_[rope_cache_next_];
+    rope_cache_next_ = (rope_cache_next_ + 1) % 2;
+    c.base = base;
+    c.positions.assign(positions, positions + T);
+    c.cs.resize((size_t)(T * hp_.rope_dims));
+    rope_table(positions, T, hp_.rope_dims, base, c.cs.data());
+    return c.cs.data();
+}
+
 // In the order a token uses them, which is also their order in the repacked arena: a kernel's
 // prefetch past the end of one matrix then warms the start of the next.
 std::vector<WeightRef*> Model::matrices() {

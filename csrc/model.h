@@ -112,6 +112,9 @@ public:
         std::vector<float> x, h, q, k, v, attn, gate, up, tmp;   // [T, width] activations
         std::vector<uint8_t> xq;                              // quantized activations
     } s;
+    // The rope table (ops.h) of these positions and base: made by the forward's first layer
+    // with that base, reused by the others (Gemma3 alternates two bases).
+    const float* rope_cs(const int32_t* positions, int64_t T, float base);
     void reserve_scratch(int64_t T);
 
 private:
@@ -133,6 +136,12 @@ private:
     Isa isa_;
     Numerics numerics_ = Numerics::Fast;
     int64_t scratch_T_ = 0;
+    struct RopeCache {
+        float base = 0.0f;
+        std::vector<int32_t> positions;
+        std::vector<float> cs;
+    } rope_cache_[2];
+    int rope_cache_next_ = 0;
 };
 
 }  // namespace lll

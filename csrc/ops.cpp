@@ -75,9 +75,6 @@ void rms_norm_reference(const float* x, const float* w, float* y, int64_t n, flo
     rms_norm_impl(x, w, y, n, eps, false);
 }
 
-static void rope_rows(float* x, int64_t t0, int64_t t1, int n_heads, int head_dim,
-                      const int32_t* positions, int rope_dims, float base, RopeStyle style);
-
 void parallel_rows(ThreadPool& pool, int64_t rows, int64_t cost_per_row,
                    const std::function<void(int64_t r0, int64_t r1)>& fn) {
     constexpr int64_t kSerialCost = 1 << 16;     // below this, a hand-off costs more than it saves
@@ -99,39 +96,46 @@ void rms_norm_rows(ThreadPool& pool, const float* x, const float* w, float* y, i
     });
 }
 
-void rope(ThreadPool& pool, float* x, int64_t T, int n_heads, int head_dim, const int32_t* positions,
-          int rope_dims, float base, RopeStyle style) {
+void rope_table(const int32_t* positions, int64_t T, int rope_dims, float base, float* cs) {
+    const float theta_scale = powf(base, -2.0f / (float)rope_dims);
+    for (int64_t t = 0; t < T; ++t) {
+        float theta = (float)positions[t];
+        for (int i0 = 0; i0 < rope_dims; i0 += 2) {
+            cs[t * rope_dims + i0] = cosf(theta);
+            cs[t * rope_dims + i0 + 1] = sinf(theta);
+            theta *= theta_scale;
+        }
+    }
+}
+
+void rope_with_table(ThreadPool& pool, float* x, int64_t T, int n_heads, int head_dim, int rope_dims,
+                     const float* cs_all, RopeStyle style) {
     parallel_rows(pool, T, (int64_t)n_heads * head_dim * 4, [&](int64_t t0, int64_t t1) {
-        rope_rows(x, t0, t1, n_heads, head_dim, positions, rope_dims, base, style);
+        for (int64_t t = t0; t < t1; ++t) {
+            const float* cs = cs_all + t * rope_dims;
+            for (int h = 0; h < n_heads; ++h) {
+                float* v = x + (t * n_heads + h) * (int64_t)head_dim;
+                const int half = rope_dims / 2;
+                for (int i0 = 0; i0 < rope_dims; i0 += 2) {
+                    const float c = cs[i0], s = cs[i0 + 1];
+                    // Normal: rotate (v[i0], v[i0+1]); NeoX: rotate (v[i], v[i + rope_dims/2]).
+                    const int a = style == RopeStyle::Normal ? i0 : i0 / 2;
+                    const int b = style == RopeStyle::Normal ? i0 + 1 : i0 / 2 + half;
+                    const float x0 = v[a], x1 = v[b];
+                    // ggml's compiled rope fuses the first product of each line into an FMA.
+                    v[a] = fmaf(x0, c, -(x1 * s));
+                    v[b] = fmaf(x0, s, x1 * c);
+                }
+            }
+        }
     });
 }
 
-static void rope_rows(float* x, int64_t t0, int64_t t1, int n_heads, int head_dim,
-                      const int32_t* positions, int rope_dims, float base, RopeStyle style) {
-    const float theta_scale = powf(base, -2.0f / (float)rope_dims);
-    std::vector<float> cs((size_t)rope_dims);   // cos, sin interleaved per pair
-    for (int64_t t = t0; t < t1; ++t) {
-        float theta = (float)positions[t];
-        for (int i0 = 0; i0 < rope_dims; i0 += 2) {
-            cs[i0] = cosf(theta);
-            cs[i0 + 1] = sinf(theta);
-            theta *= theta_scale;
-        }
-        for (int h = 0; h < n_heads; ++h) {
-            float* v = x + (t * n_heads + h) * (int64_t)head_dim;
-            const int half = rope_dims / 2;
-            for (int i0 = 0; i0 < rope_dims; i0 += 2) {
-                const float c = cs[i0], s = cs[i0 + 1];
-                // Normal: rotate (v[i0], v[i0+1]); NeoX: rotate (v[i], v[i + rope_dims/2]).
-                const int a = style == RopeStyle::Normal ? i0 : i0 / 2;
-                const int b = style == RopeStyle::Normal ? i0 + 1 : i0 / 2 + half;
-                const float x0 = v[a], x1 = v[b];
-                // ggml's compiled rope fuses the first product of each line into an FMA.
-                v[a] = fmaf(x0, c, -(x1 * s));
-                v[b] = fmaf(x0, s, x1 * c);
-            }
-        }
-    }
+void rope(ThreadPool& pool, float* x, int64_t T, int n_heads, int head_dim, const int32_t* positions,
+          int rope_dims, float base, RopeStyle style) {
+    std::vector<float> cs((size_t)(T * rope_dims));
+    rope_table(positions, T, rope_dims, base, cs.data());
+    rope_with_table(pool, x, T, n_heads, head_dim, rope_dims, cs.data(), style);
 }
 
 // out = silu(gate) * up with silu(g) = g / (1 + exp(-g)) in ggml's own vector form (ggml_math.h:

@@ -27,6 +27,12 @@ void rms_norm_rows(ThreadPool& pool, const float* x, const float* w, float* y, i
 // in f32, as ggml's rope cache does.
 void rope(ThreadPool& pool, float* x, int64_t T, int n_heads, int head_dim, const int32_t* positions, int rope_dims,
           float base, RopeStyle style);
+// The same rotation from a table made by rope_table: cs[T][rope_dims], (cos, sin) per pair.
+// One table serves q and k and every layer with the same base (a forward's positions are the
+// same in all of them).
+void rope_table(const int32_t* positions, int64_t T, int rope_dims, float base, float* cs);
+void rope_with_table(ThreadPool& pool, float* x, int64_t T, int n_heads, int head_dim, int rope_dims,
+                     const float* cs, RopeStyle style);
 
 // out[i] = silu(gate[i]) * up[i], silu through exp_approx.h's exp
 void swiglu(ThreadPool& pool, const float* gate, const float* up, float* out, int64_t n);
