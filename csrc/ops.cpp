@@ -108,8 +108,8 @@ void rope_table(const int32_t* positions, int64_t T, int rope_dims, float base, 
     }
 }
 
-void rope_with_table(ThreadPool& pool, float* x, int64_t T, int n_heads, int head_dim, int rope_dims,
-                     const float* cs_all, RopeStyle style) {
+void rope(ThreadPool& pool, float* x, int64_t T, int n_heads, int head_dim, int rope_dims, const float* cs_all,
+          RopeStyle style) {
     parallel_rows(pool, T, (int64_t)n_heads * head_dim * 4, [&](int64_t t0, int64_t t1) {
         for (int64_t t = t0; t < t1; ++t) {
             const float* cs = cs_all + t * rope_dims;
@@ -129,13 +129,6 @@ void rope_with_table(ThreadPool& pool, float* x, int64_t T, int n_heads, int hea
             }
         }
     });
-}
-
-void rope(ThreadPool& pool, float* x, int64_t T, int n_heads, int head_dim, const int32_t* positions,
-          int rope_dims, float base, RopeStyle style) {
-    std::vector<float> cs((size_t)(T * rope_dims));
-    rope_table(positions, T, rope_dims, base, cs.data());
-    rope_with_table(pool, x, T, n_heads, head_dim, rope_dims, cs.data(), style);
 }
 
 // out = silu(gate) * up with silu(g) = g / (1 + exp(-g)) in ggml's own vector form (ggml_math.h:

@@ -22,17 +22,14 @@ void rms_norm_reference(const float* x, const float* w, float* y, int64_t n, flo
 void rms_norm_rows(ThreadPool& pool, const float* x, const float* w, float* y, int64_t rows, int64_t n,
                    float eps);
 
-// Rotary embedding, in place, on x[T, n_heads, head_dim] at positions[T]; rotates the first
-// rope_dims of each head. theta_i = pos * base^(-2i/rope_dims) built by repeated multiplication
-// in f32, as ggml's rope cache does.
-void rope(ThreadPool& pool, float* x, int64_t T, int n_heads, int head_dim, const int32_t* positions, int rope_dims,
-          float base, RopeStyle style);
-// The same rotation from a table made by rope_table: cs[T][rope_dims], (cos, sin) per pair.
-// One table serves q and k and every layer with the same base (a forward's positions are the
-// same in all of them).
+// Rotary embedding, in place, on x[T, n_heads, head_dim]: rotates the first rope_dims of each
+// head by the angles of rope_table, cs[T][rope_dims] ((cos, sin) per pair). theta_i =
+// pos * base^(-2i/rope_dims) is built by repeated multiplication in f32, as ggml's rope cache
+// does. One table serves q and k and every layer with the same base (a forward's positions are
+// the same in all of them).
 void rope_table(const int32_t* positions, int64_t T, int rope_dims, float base, float* cs);
-void rope_with_table(ThreadPool& pool, float* x, int64_t T, int n_heads, int head_dim, int rope_dims,
-                     const float* cs, RopeStyle style);
+void rope(ThreadPool& pool, float* x, int64_t T, int n_heads, int head_dim, int rope_dims, const float* cs,
+          RopeStyle style);
 
 // out[i] = silu(gate[i]) * up[i], silu through exp_approx.h's exp
 void swiglu(ThreadPool& pool, const float* gate, const float* up, float* out, int64_t n);

@@ -101,8 +101,8 @@ void attention_block(Model& m, int il, const float* h, int64_t T, const Batch& b
     const bool swa = hp.n_swa > 0 && hp.layer_is_swa[il];
     const float base = swa ? hp.rope_base_swa : hp.rope_base;
     const float* cs = m.rope_cs(b.positions, T, base);   // [T, rope_dims]
-    rope_with_table(m.pool(), q, T, hp.n_head, hd, hp.rope_dims, cs, hp.rope_style);
-    rope_with_table(m.pool(), k, T, hp.n_head_kv, hd, hp.rope_dims, cs, hp.rope_style);
+    rope(m.pool(), q, T, hp.n_head, hd, hp.rope_dims, cs, hp.rope_style);
+    rope(m.pool(), k, T, hp.n_head_kv, hd, hp.rope_dims, cs, hp.rope_style);
     if (hp.q_scale != 1.0f) scale_inplace(q, hp.q_scale, T * hp.n_head * hd);
     kv_write(m.kv(), il, k, v, b);
     float* attn = m.s.attn.data();                    // [T, n_head, hd]
