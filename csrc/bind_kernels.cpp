@@ -110,18 +110,35 @@ float vec_dot_py(int wtype, const py::array& w, const py::array& x, int64_t n, i
     return fn(n, wb.data(), xb.data());
 }
 
-// The checks shared by the matmul entry points: N rows of raw weight blocks, x of shape [M, K].
-U8Array checked_weights(const char* what, const lll::TypeTraits& wt, const py::array& w, int64_t N, int64_t K,
-                        const F32Array& x) {
+// N rows of raw weight blocks of K elements.
+U8Array checked_weight_rows(const char* what, const lll::TypeTraits& wt, const py::array& w, int64_t N, int64_t K) {
     if (N <= 0) throw std::invalid_argument(std::string(what) + ": N must be > 0");
     U8Array wb = raw_bytes(w, "w");
     const int64_t wrb = row_bytes(wt, K);
     if (wb.size() != N * wrb)
         throw std::invalid_argument(std::string(what) + ": w has " + std::to_string(wb.size()) +
                                     " bytes, expected N * row_bytes = " + std::to_string(N) + " * " + std::to_string(wrb));
+    return wb;
+}
+
+void check_acts(const char* what, const F32Array& x, int64_t K) {
     if (x.ndim() != 2 || x.shape(1) != K)
         throw std::invalid_argument(std::string(what) + ": x must have shape [M, K] with K = " + std::to_string(K));
-    return wb;
+}
+
+// The checks shared by the matmul entry points: N rows of raw weight blocks, x of shape [M, K].
+U8Array checked_weights(const char* what, const lll::TypeTraits& wt, const py::array& w, int64_t N, int64_t K,
+                        const F32Array& x) {
+    check_acts(what, x, K);
+    return checked_weight_rows(what, wt, w, N, K);
+}
+
+// The traits of a weight type that the block-sequential kernels repack on this CPU.
+const lll::TypeTraits& repackable_traits(const char* what, int wtype) {
+    const lll::TypeTraits& wt = traits_from_int(wtype);
+    if (!lll::can_repack(static_cast<GGMLType>(wtype), lll::best_isa()))
+        throw std::invalid_argument(std::string(what) + ": " + wt.name + " is not repacked on this CPU");
+    return wt;
 }
 
 // y[M, N] = a new array filled by fn(pool, y) on the shared pool, with the GIL released.
@@ -172,17 +189,16 @@ py::array_t<float> matmul_llamacpp_py(const py::array& w, int wtype, int64_t N, 
 py::array_t<float> matmul_repacked_py(const py::array& w, int wtype, int64_t N, int64_t K, const F32Array& x,
                                       int n_threads, bool prepacked) {
     const GGMLType t = static_cast<GGMLType>(wtype);
-    const lll::TypeTraits& wt = traits_from_int(wtype);
-    if (!lll::can_repack(t, lll::best_isa()))
-        throw std::invalid_argument(std::string("matmul_repacked: ") + wt.name + " is not repacked on this CPU");
+    const lll::TypeTraits& wt = repackable_traits("matmul_repacked", wtype);
+    check_acts("matmul_repacked", x, K);
     U8Array wb;
     if (prepacked) {
         wb = raw_bytes(w, "w");
-        row_bytes(wt, K);
-        if (N <= 0 || (size_t)wb.size() != lll::repacked_bytes(t, N, K) || x.ndim() != 2 || x.shape(1) != K)
-            throw std::invalid_argument("matmul_repacked: w is not repack_weight's output for [N, K], or x is not [M, K]");
+        row_bytes(wt, K);   // throws unless K is a whole number of blocks
+        if (N <= 0 || (size_t)wb.size() != lll::repacked_bytes(t, N, K))
+            throw std::invalid_argument("matmul_repacked: w is not repack_weight's output for [N, K]");
     } else {
-        wb = checked_weights("matmul_repacked", wt, w, N, K, x);
+        wb = checked_weight_rows("matmul_repacked", wt, w, N, K);
     }
     const int64_t M = x.shape(0);
     return on_shared_pool(n_threads, M, N, [&](lll::ThreadPool& pool, float* yp) {
@@ -202,10 +218,7 @@ py::array_t<float> matmul_repacked_py(const py::array& w, int wtype, int64_t N, 
 // The panels repack_weight makes of N GGUF rows (for matmul_repacked(..., prepacked=True)).
 py::array_t<uint8_t> repack_weight_py(const py::array& w, int wtype, int64_t N, int64_t K, int n_threads) {
     const GGMLType t = static_cast<GGMLType>(wtype);
-    const lll::TypeTraits& wt = traits_from_int(wtype);
-    if (!lll::can_repack(t, lll::best_isa()))
-        throw std::invalid_argument(std::string("repack_weight: ") + wt.name + " is not repacked on this CPU");
-    const U8Array wb = checked_weights("repack_weight", wt, w, N, K, F32Array({(py::ssize_t)1, (py::ssize_t)K}));
+    const U8Array wb = checked_weight_rows("repack_weight", repackable_traits("repack_weight", wtype), w, N, K);
     py::array_t<uint8_t> out((py::ssize_t)lll::repacked_bytes(t, N, K));
     uint8_t* o = out.mutable_data();
     SharedPool& sp = shared_pool(n_threads);

@@ -27,14 +27,11 @@ static void linear_quantized(Model& m, const WeightRef& w, const void* xq, int64
     if (bias && bias->present()) add_bias_rows(y, bias->f32(), T, w.ne1);
 }
 
-// Several matrices applied to the same x (q/k/v, gate/up): x is quantized once for each run of
-// matrices that share an activation type, not once per matrix.
-// Repacked matrices waiting to run on the same quantized x (a fixed array: no allocation).
+// Repacked matrices waiting to run on the quantized x in m.s.xq (a fixed array: no allocation).
 struct PendingGroup {
     static constexpr int kMax = 4;
     const LinearOut* out[kMax];
     int n = 0;
-    const void* xq = nullptr;
 };
 
 // The repacked matrices collected for one quantized x, as one matmul_q_repacked_group.
@@ -45,7 +42,7 @@ static void flush_group(Model& m, PendingGroup& group, int64_t T) {
         const WeightRef& w = *group.out[i]->w;
         jobs[i] = {w.type, w.data, w.ne1, group.out[i]->y, w.ne1};
     }
-    matmul_q_repacked_group(m.pool(), jobs, group.n, group.out[0]->w->ne0, group.xq, T);
+    matmul_q_repacked_group(m.pool(), jobs, group.n, group.out[0]->w->ne0, m.s.xq.data(), T);
     for (int i = 0; i < group.n; ++i) {
         const LinearOut& o = *group.out[i];
         if (o.bias && o.bias->present()) add_bias_rows(o.y, o.bias->f32(), T, o.w->ne1);
@@ -53,6 +50,9 @@ static void flush_group(Model& m, PendingGroup& group, int64_t T) {
     group.n = 0;
 }
 
+// Several matrices applied to the same x (q/k/v, gate/up): x is quantized once for each run of
+// matrices that share an activation type, not once per matrix, and the repacked ones of a run
+// go to the pool together.
 static void linear_same_input(Model& m, std::initializer_list<LinearOut> outs, const float* x, int64_t T) {
     void* xq = m.s.xq.data();
     PendingGroup group;
@@ -79,7 +79,6 @@ static void linear_same_input(Model& m, std::initializer_list<LinearOut> outs, c
         }
         if (group.n == PendingGroup::kMax) flush_group(m, group, T);
         group.out[group.n++] = &o;   // run together: one parallel region
-        group.xq = xq;
     }
     flush_group(m, group, T);
 }
