@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Op-by-op comparison with llama.cpp: every matmul of a forward, fed llama.cpp's own input.
 
-llama.cpp (the bench venv's, which reproduces ../shared/reference bit for bit, see
+llama.cpp (the bench venv's, which reproduces tests/data/reference bit for bit, see
 llamacpp_vs_reference.py) runs one sequence with an eval callback that copies out every F32
 tensor of its graph; then each MUL_MAT node whose weight is a GGUF matrix is recomputed by
 localllm's llama.cpp-order kernel (_core.matmul_llamacpp) from llama.cpp's input to that node,
@@ -116,7 +116,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-m", "--model", action="append", default=None)
     ap.add_argument("--tokens", type=int, default=0, help="use the first N ids of the 'france' sequence")
-    ap.add_argument("--reference", default=os.environ.get("LOCALLLM_SHARED", "../shared") + "/reference")
+    ap.add_argument("--reference", default=str(Path(__file__).resolve().parent.parent / "tests" / "data" / "reference"))
     ap.add_argument("--capture", nargs=4, metavar=("PATH", "IDS", "OUT", "MODE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.capture:

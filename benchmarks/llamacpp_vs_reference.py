@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Does the llama.cpp built here reproduce ../shared/reference bit for bit?
+"""Does the llama.cpp built here reproduce tests/data/reference bit for bit?
 
 The reference outputs were made by llama.cpp (build 0c1e570, llama-cpp-python 0.3.36, CPU,
 2 threads, F16 KV, no flash attention, one batch per prompt). This runs the bench venv's
@@ -61,7 +61,7 @@ def worker(reference: Path, model: str, path: str) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--reference", default=os.environ.get("LOCALLLM_SHARED", "../shared") + "/reference")
+    ap.add_argument("--reference", default=str(Path(__file__).resolve().parent.parent / "tests" / "data" / "reference"))
     ap.add_argument("--worker", nargs=2, metavar=("MODEL", "PATH"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     reference = Path(args.reference).resolve()

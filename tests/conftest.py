@@ -1,8 +1,8 @@
-"""Shared fixtures: the three real models (pulled into the cache on first use) and ../shared."""
+"""Shared fixtures: the three real models (pulled into the cache on first use) and the llama.cpp
+reference data carried in tests/data (see tests/data/README.md)."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -10,21 +10,15 @@ import pytest
 from localllm import hub
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED = Path(os.environ.get("LOCALLLM_SHARED", REPO.parent / "shared"))
-REFERENCE = SHARED / "reference"
+DATA = REPO / "tests" / "data"
+REFERENCE = DATA / "reference"
+CORPUS = DATA / "corpus" / "gpl-3.txt"
 MODEL_KEYS = list(hub.KNOWN_MODELS)
 
 
 def model_file(key: str) -> Path:
     """Path of a known model, pulled (sha256-verified) into the cache when absent."""
     return hub.pull(key, quiet=True)
-
-
-@pytest.fixture(scope="session")
-def shared_dir() -> Path:
-    if not REFERENCE.is_dir():
-        pytest.fail(f"reference data not found at {REFERENCE} (set LOCALLLM_SHARED)")
-    return SHARED
 
 
 def read_jsonl(path: Path) -> list[dict]:

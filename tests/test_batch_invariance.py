@@ -1,7 +1,7 @@
 """Batch invariance: a sequence's logits are bit-identical whether it runs alone or beside other
 sequences, at any batch size, position in the batch or prefill chunking; so are greedy outputs.
 
-The prompts are those of llama.cpp's greedy reference (../shared/reference/greedy.jsonl); the
+The prompts are those of llama.cpp's greedy reference (tests/data/reference/greedy.jsonl); the
 other sequences of a batch are prompts of mixed lengths (3 to 150 tokens)."""
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ from datetime import datetime
 
 import pytest
 
-from conftest import model_file, read_jsonl
+from conftest import REFERENCE, model_file, read_jsonl
 from localllm.gguf import GGUFFile
 from localllm.chat import (CHATML_TEMPLATE, GEMMA_TEMPLATE, ChatTemplateError, fallback_template,
                            render_chat, validate_messages)
@@ -26,27 +26,27 @@ def file_chat_setup(key: str) -> tuple[str | None, str, str, str]:
     return meta.get("tokenizer.chat_template"), bos, eos, meta["general.architecture"]
 
 
-def chat_rows(shared_dir) -> list[dict]:
-    rows = [r for r in read_jsonl(shared_dir / "reference" / "greedy.jsonl") if "chat" in r["prompt"]]
+def chat_rows() -> list[dict]:
+    rows = [r for r in read_jsonl(REFERENCE / "greedy.jsonl") if "chat" in r["prompt"]]
     assert {r["model"] for r in rows} >= {"smollm2-135m-q4_1", "qwen2.5-coder-0.5b-q4_k_m", "gemma3-270m-q4_k_m"}
     return rows
 
 
 @pytest.mark.parametrize("key", ["smollm2-135m-q4_1", "qwen2.5-coder-0.5b-q4_k_m"])
-def test_model_template_matches_llama_cpp_rendering(shared_dir, key):
+def test_model_template_matches_llama_cpp_rendering(key):
     template, bos, eos, _ = file_chat_setup(key)
     assert template, f"{key} should carry tokenizer.chat_template"
-    rows = [r for r in chat_rows(shared_dir) if r["model"] == key]
+    rows = [r for r in chat_rows() if r["model"] == key]
     assert rows
     for row in rows:
         assert render_chat(row["prompt"]["chat"], template, bos, eos) == row["rendered_prompt"]
 
 
-def test_gemma_without_template_uses_its_turn_format(shared_dir):
+def test_gemma_without_template_uses_its_turn_format():
     template, bos, eos, arch = file_chat_setup("gemma3-270m-q4_k_m")
     assert template is None and bos == "<bos>"
     assert fallback_template(arch) == GEMMA_TEMPLATE
-    for row in [r for r in chat_rows(shared_dir) if r["model"] == "gemma3-270m-q4_k_m"]:
+    for row in [r for r in chat_rows() if r["model"] == "gemma3-270m-q4_k_m"]:
         assert render_chat(row["prompt"]["chat"], fallback_template(arch), bos, eos) == row["rendered_prompt"]
 
 
@@ -140,7 +140,7 @@ def test_hf_environment_globals_and_tojson():
     assert render_chat(USER, "{% generation %}{{ messages[0].content }}{% endgeneration %}", "", "") == "hi"
 
 
-def test_qwen_template_with_tools(shared_dir):
+def test_qwen_template_with_tools():
     template, bos, eos, _ = file_chat_setup("qwen2.5-coder-0.5b-q4_k_m")
     tool = {"type": "function", "function": {"name": "add", "parameters": {"a": "int <4>"}}}
     out = render_chat(USER, template, bos, eos, tools=[tool])

@@ -32,7 +32,7 @@ from typing import Callable
 import numpy as np
 import pytest
 
-from conftest import REFERENCE, SHARED, model_file, read_jsonl
+from conftest import CORPUS, REFERENCE, model_file, read_jsonl
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -196,7 +196,6 @@ BUILDERS = {"smollm2": build_smollm2, "qwen2": build_qwen2, "gemma3": build_gemm
 
 TYPES = ("f16", "bf16", "q8_0", "q4_k_m")
 MODELS = ("smollm2", "qwen2", "gemma3")
-CORPUS = SHARED / "corpus" / "gpl-3.txt"
 _CHECKPOINTS: dict[str, Path] = {}
 _CONVERTED: dict[tuple[str, str], Path] = {}
 _HF: dict[str, object] = {}

@@ -1,4 +1,4 @@
-"""Same file, same tokens: our logits and greedy outputs against llama.cpp's (../shared/reference)."""
+"""Same file, same tokens: our logits and greedy outputs against llama.cpp's (tests/data/reference)."""
 from __future__ import annotations
 
 import json
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from conftest import REFERENCE, greedy_rows, llm_for
+from conftest import CORPUS, REFERENCE, greedy_rows, llm_for
 
 # Fast numerics (the default). Teacher-forced top-1 agreement with llama.cpp, per model: the
 # issue's 0.995 is met by numerics="llama.cpp" (bit-identical logits, tested below); the fast
@@ -153,10 +153,10 @@ def _perplexity_rows():
 
 
 @pytest.mark.parametrize("model,n_ctx,ref_ppl", _perplexity_rows())
-def test_perplexity_matches_llamacpp(model, n_ctx, ref_ppl, shared_dir):
+def test_perplexity_matches_llamacpp(model, n_ctx, ref_ppl):
     from localllm.perplexity import perplexity
     llm = llm_for(model, n_ctx=max(4096, n_ctx))
-    text = (shared_dir / "corpus" / "gpl-3.txt").read_text(encoding="utf-8")
+    text = CORPUS.read_text(encoding="utf-8")
     res = perplexity(llm, text, n_ctx)
     print(f"{model} n_ctx={n_ctx}: PPL {res.ppl:.4f} +/- {res.stderr:.4f} (llama.cpp {ref_ppl}), "
           f"{res.n_chunks} chunks")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import SHARED, model_file
+from conftest import CORPUS, model_file
 from localllm import _core
 from localllm.engine import Engine
 from localllm.gguf import GGUFFile
@@ -22,7 +22,7 @@ BS = 16
 def parts():
     path = str(model_file(KEY))
     tok = Tokenizer.from_gguf_metadata(GGUFFile(path).metadata)
-    text = (SHARED / "corpus" / "gpl-3.txt").read_text(encoding="utf-8")
+    text = CORPUS.read_text(encoding="utf-8")
     ids = tok.encode(text, add_special=True)
     assert len(ids) > PREFIX + 100
     prefix = ids[:PREFIX]

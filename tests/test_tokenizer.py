@@ -1,6 +1,6 @@
 """Tokenizer parity with llama.cpp on the three real models.
 
-Ground truth is ../shared/reference (produced by llama.cpp): tokenize.jsonl rows, the prompt ids
+Ground truth is tests/data/reference (produced by llama.cpp): tokenize.jsonl rows, the prompt ids
 and generated text of greedy.jsonl, and the chunk counts of perplexity.json.  Metadata is read
 with the project's GGUF reader (held to gguf-py's by tests/test_gguf.py).
 """
@@ -16,11 +16,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conftest import MODEL_KEYS, REFERENCE, SHARED, model_file, read_jsonl
+from conftest import CORPUS, MODEL_KEYS, REFERENCE, model_file, read_jsonl
 from localllm.gguf import GGUFFile
 from localllm.tokenizer import StreamDecoder, Tokenizer
 
-CORPUS = SHARED / "corpus" / "gpl-3.txt"
 TIME_BOUND_S = 2.0
 
 
@@ -65,7 +64,7 @@ def describe_mismatch(text: str, flags: str, got: list[int], want: list[int]) ->
 
 
 @pytest.mark.parametrize("model_key", MODEL_KEYS)
-def test_reference_tokenization(shared_dir, model_key):
+def test_reference_tokenization(model_key):
     """Every tokenize.jsonl row gives exactly llama.cpp's ids."""
     tok = tokenizer(model_key)
     mismatches = []
@@ -82,7 +81,7 @@ def test_reference_tokenization(shared_dir, model_key):
 
 
 @pytest.mark.parametrize("model_key", MODEL_KEYS)
-def test_rendered_prompts(shared_dir, model_key):
+def test_rendered_prompts(model_key):
     """greedy.jsonl prompt_ids are what llama.cpp made of rendered_prompt (specials parsed).
 
     A prompt whose template already starts with the BOS text gets no second BOS.
@@ -96,7 +95,7 @@ def test_rendered_prompts(shared_dir, model_key):
 
 
 @pytest.mark.parametrize("model_key", MODEL_KEYS)
-def test_generated_text_and_end_of_generation(shared_dir, model_key):
+def test_generated_text_and_end_of_generation(model_key):
     """llama.cpp stopped at the first EOG token, and its text is our decode of the ids."""
     tok = tokenizer(model_key)
     for row in greedy_rows(model_key):
@@ -109,7 +108,7 @@ def test_generated_text_and_end_of_generation(shared_dir, model_key):
 
 
 @pytest.mark.parametrize("model_key", MODEL_KEYS)
-def test_round_trip(shared_dir, model_key):
+def test_round_trip(model_key):
     """decode(encode(x)) == x for the reference texts; BOS renders as text unless skipped."""
     tok = tokenizer(model_key)
     texts = sorted({row["text"] for row in tokenize_rows(model_key)})
@@ -122,7 +121,7 @@ def test_round_trip(shared_dir, model_key):
 
 
 @pytest.mark.parametrize("model_key", MODEL_KEYS)
-def test_special_token_text(shared_dir, model_key):
+def test_special_token_text(model_key):
     """Control tokens render as their text unless skipped; parse_special finds them again."""
     tok = tokenizer(model_key)
     eos = tok.eos_id
@@ -135,7 +134,7 @@ def test_special_token_text(shared_dir, model_key):
 
 
 @pytest.mark.parametrize("model_key", MODEL_KEYS)
-def test_stream_decoder_holds_partial_characters(shared_dir, model_key):
+def test_stream_decoder_holds_partial_characters(model_key):
     """Emoji/CJK split across tokens come out whole, never as U+FFFD."""
     tok = tokenizer(model_key)
     text = "Emoji: 😀👍🏽 👨\u200d👩\u200d👧\u200d👦 🇫🇷 ✨ 大模型推理优化 𠀀𪚥 тест"
@@ -167,7 +166,7 @@ def test_stream_decoder_flush_replaces_unfinished_character():
 
 
 @pytest.mark.parametrize("model_key", MODEL_KEYS)
-def test_corpus_chunks_and_speed(shared_dir, model_key):
+def test_corpus_chunks_and_speed(model_key):
     """The perplexity corpus tokenizes in < 2 s (CPU) into llama-perplexity's chunk count."""
     tok = tokenizer(model_key)
     text = CORPUS.read_text(encoding="utf-8")
@@ -185,7 +184,7 @@ def test_corpus_chunks_and_speed(shared_dir, model_key):
 
 
 @pytest.mark.parametrize("model_key", MODEL_KEYS)
-def test_load_time(shared_dir, model_key):
+def test_load_time(model_key):
     """Building the tokenizer from metadata takes < 2 s of CPU (gemma3: 262k tokens)."""
     meta = metadata(model_key)
     wall, cpu = time.perf_counter(), time.process_time()
@@ -203,7 +202,7 @@ KEPT_MB = {"smollm2-135m-q4_1": 2, "gemma3-270m-q4_k_m": 36, "qwen2.5-coder-0.5b
 
 
 @pytest.mark.parametrize("model_key", MODEL_KEYS)
-def test_python_memory_kept(shared_dir, model_key):
+def test_python_memory_kept(model_key):
     """No per-token Python objects beyond the SPM table: a str per token (~80 B), a float
     score list or a Python copy of the BPE vocabulary would break the bound."""
     meta = metadata(model_key)
@@ -219,7 +218,7 @@ def test_python_memory_kept(shared_dir, model_key):
 
 
 @pytest.mark.parametrize("model_key", MODEL_KEYS)
-def test_token_text_and_id_round_trip(shared_dir, model_key):
+def test_token_text_and_id_round_trip(model_key):
     """token_id inverts token_text (texts are held as UTF-8); other texts give None."""
     tok = tokenizer(model_key)
     for tid in range(0, tok.n_vocab, 97):
@@ -252,7 +251,7 @@ def test_bpe_merges_rules():
 
 
 @pytest.mark.parametrize("model_key", ["smollm2-135m-q4_1", "qwen2.5-coder-0.5b-q4_k_m"])
-def test_bpe_merges_match_the_tokenizers_library(shared_dir, model_key):
+def test_bpe_merges_match_the_tokenizers_library(model_key):
     """The C++ merges against an independent BPE (Hugging Face `tokenizers`) on the same
     vocabulary: corpus words and random strings of the vocabulary's characters."""
     from tokenizers import Tokenizer as HfTokenizer
@@ -308,7 +307,7 @@ def test_model_facts():
     assert tokenizer("qwen2.5-coder-0.5b-q4_k_m").chat_template
 
 
-def test_spm_piece_cutting_is_exact(shared_dir):
+def test_spm_piece_cutting_is_exact():
     """Gemma's SPM cuts text where no token can span; merging whole fragments agrees."""
     tok = tokenizer("gemma3-270m-q4_k_m")
     text = CORPUS.read_text(encoding="utf-8")[:12000] + " a  >▁b ▁▁c"
