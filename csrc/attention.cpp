@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 #include "fp16.h"
+#include "quants.h"
 #if defined(__F16C__) && defined(__AVX__)
 #include <immintrin.h>
 #endif
@@ -41,7 +42,7 @@ bool attention_avx512_available() {
 #if LLL_ATTN_AVX512
     static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
                            __builtin_cpu_supports("f16c");
-    return ok;
+    return ok && isa_available(Isa::AVX512);   // LOCALLLM_ISA may cap it
 #else
     return false;
 #endif

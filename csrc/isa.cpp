@@ -1,5 +1,9 @@
 // isa.cpp — which kernel levels are compiled in and supported by the CPU we run on.
 #include "quants.h"
+#include <stdlib.h>
+#include <string.h>
+#include <stdexcept>
+#include <string>
 #include "quants/dot_impl.h"
 
 namespace lll {
@@ -26,9 +30,24 @@ bool cpu_has_avx512() {
 #endif
 }
 
+// LOCALLLM_ISA=scalar|avx2|avx512 caps the kernel level for the whole process, so that tests
+// can run the lower paths end to end on a machine that has the higher ones. -1: a value that
+// names no level (best_isa() reports it).
+int isa_cap() {
+    static const int cap = [] {
+        const char* v = getenv("LOCALLLM_ISA");
+        if (!v || !*v) return (int)Isa::AVX512;
+        for (Isa i : {Isa::Scalar, Isa::AVX2, Isa::AVX512})
+            if (strcmp(v, isa_name(i)) == 0) return (int)i;
+        return -1;
+    }();
+    return cap;
+}
+
 }  // namespace
 
 bool isa_available(Isa isa) {
+    if (isa_cap() >= 0 && (int)isa > isa_cap()) return false;
     switch (isa) {
         case Isa::Scalar: return true;
         case Isa::AVX2: {
@@ -45,6 +64,9 @@ bool isa_available(Isa isa) {
 }
 
 Isa best_isa() {
+    if (isa_cap() < 0)
+        throw std::invalid_argument(std::string("LOCALLLM_ISA='") + getenv("LOCALLLM_ISA") +
+                                    "' names no kernel level (scalar, avx2 or avx512)");
     if (isa_available(Isa::AVX512)) return Isa::AVX512;
     if (isa_available(Isa::AVX2)) return Isa::AVX2;
     return Isa::Scalar;

@@ -24,6 +24,7 @@ namespace {
 bool probe_amx() {
     const char* off = getenv("LOCALLLM_NO_AMX");
     if (off && *off && *off != '0') return false;
+    if (!isa_available(Isa::AVX512)) return false;                  // AMX is part of that path
     unsigned a, b, c, d;
     if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
     if (!(d & (1u << 24)) || !(d & (1u << 25))) return false;        // AMX-TILE, AMX-INT8

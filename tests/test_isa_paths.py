@@ -1,0 +1,123 @@
+"""Every kernel path on any machine: LOCALLLM_ISA=scalar|avx2|avx512 caps the level a process
+uses (and LOCALLLM_NO_AMX=1 turns AMX off), so the lower paths run end to end on a machine that
+has the higher ones, and each path is held to its own reference.
+
+- Kernel level: at every level this CPU has, matmul at M = 1, 16, 17, 32, 64, 128 equals the
+  level's one-row dot product (vec_dot) on every row; the repacked panels (AVX-512) equal the GGUF
+  rows' kernel; AMX, where granted, equals the VNNI kernels of a process with AMX off.
+- Model level: the fidelity checks against llama.cpp run again in a process capped at AVX2 (its
+  rounding order is its own; the thresholds measured there are the fast path's, see
+  test_fidelity.py), and SmolLM2 in a process capped at the scalar kernels.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from localllm import _core
+from test_kernels import ALL_TYPES, VEC_DOT_TYPE, T, make_acts, make_weights
+
+REPO = Path(__file__).resolve().parent.parent
+ISAS = [i for i in range(3) if _core.isa_available(i)]
+ROWS = (1, 16, 17, 32, 64, 128)
+BSEQ_TYPES = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K]
+
+
+def run_python(code: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, **env})
+
+
+@pytest.mark.parametrize("isa", ISAS, ids=lambda i: _core.isa_name(i))
+@pytest.mark.parametrize("t", ALL_TYPES, ids=lambda t: t.name)
+def test_matmul_rows_equal_the_levels_vec_dot(t: T, isa: int) -> None:
+    rng = np.random.default_rng(int(t) * 7 + isa)
+    n, k = 19, 512
+    w = make_weights(t, n, k, rng)
+    x = make_acts(max(ROWS), k, rng)
+    for m in ROWS:
+        y = _core.matmul(w, int(t), n, k, x[:m], 2, isa)
+        for i in sorted({0, m // 2, m - 1}):
+            xq = _core.quantize_act(x[i], int(VEC_DOT_TYPE[t]), isa)
+            dots = np.array([_core.vec_dot(int(t), w[j], xq, k, isa) for j in range(n)], np.float32)
+            assert np.array_equal(y[i], dots), f"{_core.isa_name(isa)} M={m} row {i}"
+
+
+@pytest.mark.skipif(not _core.isa_available(2), reason="repacked panels are the AVX-512 path; this CPU lacks it")
+@pytest.mark.parametrize("t", BSEQ_TYPES, ids=lambda t: t.name)
+def test_repacked_panels_equal_gguf_rows_at_every_row_count(t: T) -> None:
+    rng = np.random.default_rng(int(t) + 900)
+    n, k = 40, 512
+    w = make_weights(t, n, k, rng)
+    x = make_acts(max(ROWS), k, rng)
+    for m in ROWS:
+        assert np.array_equal(_core.matmul_repacked(w, int(t), n, k, x[:m], 2),
+                              _core.matmul(w, int(t), n, k, x[:m], 2, 2)), f"M={m}"
+
+
+AMX_VS_VNNI = """
+import numpy as np, sys
+sys.path.insert(0, {tests!r})
+from localllm import _core
+from test_kernels import make_acts, make_weights, T
+rng = np.random.default_rng(11)
+out = {{}}
+for t in {types}:
+    w = make_weights(T(t), 40, 512, rng)
+    x = make_acts(128, 512, rng)
+    out[t] = np.stack([np.pad(_core.matmul_repacked(w, t, 40, 512, x[:m], 2), ((0, 128 - m), (0, 0)))
+                       for m in {rows}])
+np.savez({path!r}, amx=np.array(_core.amx_available()), **{{str(t): y for t, y in out.items()}})
+"""
+
+
+@pytest.mark.skipif(not _core.amx_available(), reason="this CPU or OS grants no AMX: nothing to compare")
+def test_amx_equals_vnni(tmp_path) -> None:
+    """The same inputs through a process with AMX and one with LOCALLLM_NO_AMX=1 (VNNI panels)."""
+    results = {}
+    for label, env in (("amx", {}), ("vnni", {"LOCALLLM_NO_AMX": "1"})):
+        path = tmp_path / f"{label}.npz"
+        code = AMX_VS_VNNI.format(tests=str(REPO / "tests"), types=[int(t) for t in BSEQ_TYPES],
+                                  rows=list(ROWS), path=str(path))
+        proc = run_python(code, **env)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        results[label] = np.load(path)
+    assert bool(results["amx"]["amx"]) and not bool(results["vnni"]["amx"])
+    for t in BSEQ_TYPES:
+        assert np.array_equal(results["amx"][str(int(t))], results["vnni"][str(int(t))]), t.name
+
+
+def test_isa_cap_is_honoured_and_checked() -> None:
+    probe = ("from localllm import _core; print(_core.best_isa(), _core.amx_available(), "
+             "_core.attention_avx512_available())")
+    for level in ISAS:
+        proc = run_python(probe, LOCALLLM_ISA=_core.isa_name(level))
+        best, amx, attn = proc.stdout.split()
+        assert int(best) == level
+        if level < 2:
+            assert amx == "False" and attn == "False"
+    proc = run_python("from localllm import _core; _core.best_isa()", LOCALLLM_ISA="avx3")
+    assert proc.returncode != 0 and "LOCALLLM_ISA='avx3' names no kernel level" in proc.stderr
+
+
+def run_fidelity(level: str, selection: str) -> None:
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           str(REPO / "tests" / "test_fidelity.py"), "-k", selection],
+                          capture_output=True, text=True, timeout=1800,
+                          env={**os.environ, "LOCALLLM_ISA": level})
+    assert proc.returncode == 0, proc.stdout[-4000:]
+
+
+@pytest.mark.skipif(not _core.isa_available(1) or _core.best_isa() == 1,
+                    reason="the AVX2 path is the default here (test_fidelity.py runs it) or absent")
+def test_fidelity_on_the_avx2_path() -> None:
+    run_fidelity("avx2", "teacher_forced or greedy_continuations")
+
+
+def test_fidelity_on_the_scalar_path() -> None:
+    run_fidelity("scalar", "teacher_forced and smollm2")
