@@ -16,8 +16,8 @@ sequence's own logits, end-of-generation tokens banned so every sequence runs G 
   KV cells (llama.cpp's default: one stream per sequence; LOCALLLM_LLAMACPP_KV_UNIFIED=1 for
   one shared cache), one `llama_batch` per step holding one token of each sequence,
   `llama_decode`, argmax of `llama_get_logits_ith` per sequence in numpy. Its KV cache is
-  allocated up front for all cells (F16), reported as such. OMP_WAIT_POLICY=PASSIVE unless set
-  (see run_worker).
+  allocated up front for all cells (F16), reported as such. It runs as its own tools run it
+  (OpenMP's default waiting; the AMX tile permission asked for first, see llamacpp_venv.py).
 
 Each engine runs -r times, alternating which goes first; the best run per N is reported (the
 least disturbed by other jobs on a shared machine) and every run is kept in the JSON.
@@ -30,13 +30,13 @@ import argparse
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from llamacpp_venv import DEFAULT_MODELS, ensure_venv
+from llamacpp_venv import DEFAULT_MODELS, ensure_venv, request_amx_permission
+from machine import describe, line
 
 BLOCK = 16
 
@@ -88,16 +88,13 @@ def worker_localllm(path: str, threads: int, ns: list[int], n_prompt: int, n_gen
 def worker_llamacpp(path: str, threads: int, ns: list[int], n_prompt: int, n_gen: int) -> list[dict]:
     import ctypes
     import numpy as np
+    request_amx_permission()
     import llama_cpp as L
 
     L.llama_backend_init()
     quiet = L.llama_log_callback(lambda level, text, data: None)    # kept alive: C holds it
     L.llama_log_set(quiet, ctypes.c_void_p(0))
-    mparams = L.llama_model_default_params()
-    # LOCALLLM_LLAMACPP_EXTRA_BUFTS=0 turns off repacked weight buffers (among them AMX, whose
-    # tile instructions fault where the OS does not grant AMX state, e.g. in sandboxes).
-    mparams.use_extra_bufts = os.environ.get("LOCALLLM_LLAMACPP_EXTRA_BUFTS", "1") == "1"
-    model = L.llama_model_load_from_file(path.encode(), mparams)
+    model = L.llama_model_load_from_file(path.encode(), L.llama_model_default_params())
     vocab = L.llama_model_get_vocab(model)
     n_vocab = L.llama_vocab_n_tokens(vocab)
     rows = []
@@ -149,19 +146,9 @@ def worker_llamacpp(path: str, threads: int, ns: list[int], n_prompt: int, n_gen
 def run_worker(python: str, engine: str, path: str, args) -> list[dict]:
     cmd = [python, __file__, "--worker", engine, "--path", path, "-t", str(args.threads),
            "-p", str(args.n_prompt), "-g", str(args.n_gen), "-N", *map(str, args.concurrency)]
-    env = dict(os.environ)
-    if engine == "llamacpp":
-        # llama.cpp's OpenMP workers spin between ops by default; on a machine shared with
-        # other jobs a descheduled spinner stalls every barrier (we measured 15x slower
-        # decoding). Passive waiting is the fair setting there; override by setting it.
-        env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if engine == "llamacpp" and proc.returncode == -signal.SIGILL:
-        # A llama.cpp built with AMX on a machine that does not grant AMX state: retry on its
-        # AVX-512 kernels, without repacked buffers.
-        print("llama.cpp died with SIGILL (AMX?): retrying with use_extra_bufts off", file=sys.stderr)
-        proc = subprocess.run(cmd, capture_output=True, text=True,
-                              env={**env, "LOCALLLM_LLAMACPP_EXTRA_BUFTS": "0"})
+    # llama.cpp runs as its own tools run it: OpenMP's default (spinning) waits. The engines run
+    # one at a time, so neither spins against the other.
+    proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"{engine} worker failed on {path}:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -192,6 +179,8 @@ def main() -> int:
 
     from localllm import hub
     venv_py = str(ensure_venv())
+    machine = describe(args.threads, venv_py)
+    print(line(machine), flush=True)
     results = []
     for name in args.model or DEFAULT_MODELS:
         path = str(hub.resolve_model(name))
@@ -207,7 +196,7 @@ def main() -> int:
         results.append(row)
         print_row(row)
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2))
+        Path(args.json).write_text(json.dumps({"machine": machine, "results": results}, indent=2))
     return 0
 
 

@@ -22,7 +22,8 @@ import sys
 import time
 from pathlib import Path
 
-from llamacpp_venv import DEFAULT_MODELS, ensure_venv
+from llamacpp_venv import DEFAULT_MODELS, ensure_venv, request_amx_permission
+from machine import describe, line
 
 # ---- workers: run inside a fresh process, print one JSON line ----
 
@@ -44,6 +45,7 @@ def _rand_tokens(n: int, n_vocab: int, seed: int) -> list[int]:
 def worker_llamacpp(path: str, threads: int, n_prompt: int, n_gen: int) -> dict:
     """llama.cpp through llama-cpp-python's C API (no Python-side logits copies)."""
     import ctypes
+    request_amx_permission()
     import llama_cpp as L
     t0 = time.perf_counter()
     L.llama_backend_init()
@@ -156,6 +158,8 @@ def main() -> int:
 
     from localllm import hub
     venv_py = str(ensure_venv())
+    machine = describe(args.threads, venv_py)
+    print(line(machine), flush=True)
     results = []
     for name in args.model or DEFAULT_MODELS:
         path = str(hub.resolve_model(name))
@@ -184,7 +188,7 @@ def main() -> int:
         results.append(row)
         print_row(row, args)
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2))
+        Path(args.json).write_text(json.dumps({"machine": machine, "results": results}, indent=2))
     return 0
 
 

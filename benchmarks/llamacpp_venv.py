@@ -13,18 +13,46 @@ LLAMA_CPP_PYTHON = "llama-cpp-python==0.3.36"
 DEFAULT_MODELS = ["smollm2-135m-q4_1", "gemma3-270m-q4_k_m", "qwen2.5-coder-0.5b-q4_k_m"]
 
 
+# llama.cpp built for this CPU, AMX included where the compiler and CPU have it (as llama.cpp's
+# own release builds do with GGML_NATIVE).
+CMAKE_ARGS = "-DGGML_NATIVE=ON"
+
+
 def ensure_venv() -> Path:
-    """The venv's python, building llama-cpp-python into it first when it is missing."""
+    """The venv's python, building llama-cpp-python into it first when it is missing or was built
+    with other flags (the flags are kept in the venv beside it)."""
     py = VENV / "bin" / "python"
+    stamp = VENV / "localllm-cmake-args.txt"
     probe = subprocess.run([str(py), "-c", "import llama_cpp"], capture_output=True) if py.exists() else None
-    if probe is None or probe.returncode != 0:
-        print(f"building {LLAMA_CPP_PYTHON} into {VENV} (compiles llama.cpp; several minutes)", file=sys.stderr)
+    built_as = stamp.read_text() if stamp.exists() else None
+    if probe is None or probe.returncode != 0 or built_as != CMAKE_ARGS:
+        print(f"building {LLAMA_CPP_PYTHON} into {VENV} with CMAKE_ARGS={CMAKE_ARGS} "
+              f"(compiles llama.cpp; several minutes)", file=sys.stderr)
         subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
-        # Native flags, minus AMX: a native build died with SIGILL on the development VM;
-        # llama.cpp keeps its AVX-512 and repacked kernels.
-        no_amx = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
-        env = dict(os.environ, CMAKE_ARGS=f"-DGGML_NATIVE=ON -DCMAKE_C_FLAGS='{no_amx}' "
-                                          f"-DCMAKE_CXX_FLAGS='{no_amx}'")
-        subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-cache-dir", LLAMA_CPP_PYTHON],
-                       check=True, env=env)
+        subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-cache-dir", "--force-reinstall",
+                        "--no-binary", "llama-cpp-python", LLAMA_CPP_PYTHON],
+                       check=True, env=dict(os.environ, CMAKE_ARGS=CMAKE_ARGS))
+        stamp.write_text(CMAKE_ARGS)
     return py
+
+
+def request_amx_permission() -> bool:
+    """Asks Linux for the AMX tile state before llama.cpp loads (call it in every llama.cpp worker).
+
+    A native llama.cpp on an AMX machine died with SIGILL here: Linux hands a process the AMX tile
+    data only after arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA), and llama.cpp makes that
+    call only when it creates its AMX buffer type, so a tile instruction on any other path faults.
+    Asking first is what every AMX program does; where AMX is absent the call fails harmlessly.
+    Returns whether the permission was granted."""
+    import ctypes
+    if sys.platform != "linux" or os.uname().machine != "x86_64":
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    sys_arch_prctl, arch_req_xcomp_perm, xfeature_xtiledata = 158, 0x1023, 18
+    return libc.syscall(sys_arch_prctl, arch_req_xcomp_perm, xfeature_xtiledata) == 0
+
+
+def llamacpp_system_info() -> str:
+    """llama.cpp's own list of the CPU features it was built with and uses (run in the venv)."""
+    import llama_cpp
+    return llama_cpp.llama_print_system_info().decode()

@@ -1,0 +1,201 @@
+#!/usr/bin/env python3
+"""Regenerates tests/data/reference from llama.cpp, and checks it against a fresh run.
+
+llama.cpp is llama-cpp-python 0.3.36 built from source in the benchmarks' cache venv
+(benchmarks/llamacpp_venv.py: native flags, the same release every benchmark compares with).
+Each model runs in a worker inside that venv, with the settings the stored files were made with:
+2 threads, F16 KV cache, flash attention off, a context of 1024 with batch 1024 (each prompt is one
+batch, then one token at a time).
+
+What is input and what is output:
+- tokenize.jsonl: the rows' (model, text, add_special, parse_special) are the inputs; `ids` is
+  llama.cpp's tokenization.
+- greedy.jsonl: (model, prompt, rendered_prompt) are the inputs (chat prompts were rendered with
+  the model's chat template beforehand; gemma3-270m has none and uses its documented turn format);
+  `prompt_ids` is llama.cpp's tokenization of rendered_prompt with special tokens parsed,
+  `greedy_ids` the up to 48 argmax tokens it generates (the end-of-generation token included when
+  it comes first), `greedy_text` their text.
+- logits_<model>.npz: teacher-forced logits over prompt_ids + greedy_ids[:-1] in one batch: the 64
+  largest per position (ids, values), each row's log-sum-exp, and the whole row (float16) at the
+  last prompt position.
+- perplexity.json: llama-perplexity's method on corpus/gpl-3.txt: tokenize the whole file, cut
+  it into chunks of n_ctx tokens (the first token of a chunk replaced by BOS where the model adds
+  BOS), evaluate each chunk as one batch and score the second half; PPL = exp(mean NLL).
+- llamacpp_bench.json is a speed record of one machine, not regenerated (see
+  benchmarks/compare_llamacpp.py for speed in the same run).
+
+    PYTHONPATH=python python3 tests/data/regenerate.py --out /tmp/ref     # write a fresh set
+    PYTHONPATH=python python3 tests/data/regenerate.py --check            # compare with the stored set
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+REFERENCE = HERE / "reference"
+CORPUS = HERE / "corpus" / "gpl-3.txt"
+N_CTX, N_GREEDY, TOP = 1024, 48, 64
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+# --------------------------------------------------------------------------- the worker (bench venv)
+
+def open_llama(path: str, n_ctx: int, logits_all: bool):
+    from llama_cpp import Llama
+    return Llama(path, n_ctx=n_ctx, n_batch=n_ctx, n_ubatch=n_ctx, n_threads=2, logits_all=logits_all,
+                 flash_attn=False, verbose=False)
+
+
+def worker(model: str, path: str, out: Path, ppl_ctx: list[int]) -> None:
+    import numpy as np
+    llm = open_llama(path, N_CTX, logits_all=True)
+    tok_rows = []
+    for r in (r for r in read_jsonl(REFERENCE / "tokenize.jsonl") if r["model"] == model):
+        ids = llm.tokenize(r["text"].encode("utf-8"), add_bos=r["add_special"], special=r["parse_special"])
+        tok_rows.append({**r, "ids": list(ids)})
+    greedy_rows, arrays = [], {}
+    for r in (r for r in read_jsonl(REFERENCE / "greedy.jsonl") if r["model"] == model):
+        prompt_ids = list(llm.tokenize(r["rendered_prompt"].encode("utf-8"), add_bos=True, special=True))
+        llm.reset()
+        greedy: list[int] = []
+        for tok in llm.generate(prompt_ids, temp=0.0, top_k=1, repeat_penalty=1.0):
+            greedy.append(tok)
+            if len(greedy) >= N_GREEDY or is_end_of_generation(llm, tok):
+                break
+        text = llm.detokenize(greedy).decode("utf-8", errors="replace")
+        greedy_rows.append({**r, "prompt_ids": prompt_ids, "greedy_ids": greedy, "greedy_text": text})
+        llm.reset()
+        ids = prompt_ids + greedy[:-1]
+        llm.eval(ids)
+        logits = np.asarray(llm.scores[:len(ids)], np.float32)           # [positions, n_vocab]
+        order = np.argsort(-logits, axis=1, kind="stable")[:, :TOP]
+        name = r["prompt"]["name"]
+        arrays[f"{name}__top_ids"] = order.astype(np.int32)
+        arrays[f"{name}__top_logits"] = np.take_along_axis(logits, order, 1)
+        mx = logits.max(1, keepdims=True).astype(np.float64)
+        arrays[f"{name}__logsumexp"] = (mx[:, 0] + np.log(np.exp(logits - mx).sum(1))).astype(np.float32)
+        arrays[f"{name}__last_prompt_logits"] = logits[len(prompt_ids) - 1].astype(np.float16)
+    np.savez_compressed(out / f"logits_{model}.npz", **arrays)
+    ppl = [perplexity(path, n_ctx) for n_ctx in ppl_ctx]
+    (out / f"{model}.json").write_text(json.dumps({"tokenize": tok_rows, "greedy": greedy_rows, "ppl": ppl}))
+
+
+def is_end_of_generation(llm, tok: int) -> bool:
+    import llama_cpp
+    return bool(llama_cpp.llama_vocab_is_eog(llama_cpp.llama_model_get_vocab(llm.model), tok))
+
+
+def perplexity(path: str, n_ctx: int) -> dict:
+    import numpy as np
+    llm = open_llama(path, n_ctx, logits_all=True)
+    add_bos = llm._model.add_bos_token() if hasattr(llm._model, "add_bos_token") else False
+    tokens = llm.tokenize(CORPUS.read_text(encoding="utf-8").encode("utf-8"), add_bos=add_bos, special=False)
+    n_chunks = len(tokens) // n_ctx
+    first = n_ctx // 2
+    nll, count = 0.0, 0
+    for c in range(n_chunks):
+        chunk = list(tokens[c * n_ctx:(c + 1) * n_ctx])
+        if add_bos:
+            chunk[0] = llm.token_bos()
+        llm.reset()
+        llm.eval(chunk)
+        logits = np.asarray(llm.scores[:n_ctx], np.float64)
+        for i in range(first, n_ctx - 1):
+            row = logits[i]
+            mx = row.max()
+            nll += mx + math.log(np.exp(row - mx).sum()) - row[chunk[i + 1]]
+            count += 1
+    return {"n_ctx": n_ctx, "chunks": n_chunks, "ppl": round(math.exp(nll / count), 4)}
+
+
+# --------------------------------------------------------------------------- the driver (project python)
+
+def ppl_contexts() -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for r in json.loads((REFERENCE / "perplexity.json").read_text())["results"]:
+        out.setdefault(r["model"], []).append(r["n_ctx"])
+    return out
+
+
+def generate(out: Path) -> None:
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from llamacpp_venv import DEFAULT_MODELS, LLAMA_CPP_PYTHON, ensure_venv
+    from localllm import hub
+    venv_py = str(ensure_venv())
+    out.mkdir(parents=True, exist_ok=True)
+    contexts = ppl_contexts()
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
+    tok, greedy, ppl = [], [], []
+    for model in DEFAULT_MODELS:
+        print(f"{model}: running llama.cpp", file=sys.stderr, flush=True)
+        subprocess.run([venv_py, __file__, "--worker", model, str(hub.resolve_model(model)), "--out", str(out),
+                        "--ppl-ctx", *map(str, contexts.get(model, []))], check=True, env=env)
+        part = json.loads((out / f"{model}.json").read_text())
+        (out / f"{model}.json").unlink()
+        tok += part["tokenize"]
+        greedy += part["greedy"]
+        ppl += [{"model": model, **p} for p in part["ppl"]]
+    write_jsonl(out / "tokenize.jsonl", tok)
+    write_jsonl(out / "greedy.jsonl", greedy)
+    tool = (f"llama.cpp through {LLAMA_CPP_PYTHON} (tests/data/regenerate.py: llama-perplexity's method), "
+            f"2 threads, -f corpus/gpl-3.txt")
+    (out / "perplexity.json").write_text(json.dumps({"tool": tool, "results": ppl}, indent=2) + "\n")
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> None:
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+
+
+def check(fresh: Path) -> int:
+    """Differences between a fresh run and the stored set (0 when none)."""
+    import numpy as np
+    bad = 0
+    for name, key in (("tokenize.jsonl", "ids"), ("greedy.jsonl", "greedy_ids")):
+        old, new = read_jsonl(REFERENCE / name), read_jsonl(fresh / name)
+        diff = sum(a[key] != b[key] for a, b in zip(old, new)) + abs(len(old) - len(new))
+        print(f"{name}: {len(new)} rows, {diff} differ")
+        bad += diff
+    for f in sorted(REFERENCE.glob("logits_*.npz")):
+        old, new = np.load(f), np.load(fresh / f.name)
+        diff = sum(not np.array_equal(old[k], new[k]) for k in old.files)
+        print(f"{f.name}: {len(old.files)} arrays, {diff} differ")
+        bad += diff
+    old = {(r["model"], r["n_ctx"]): r["ppl"] for r in json.loads((REFERENCE / "perplexity.json").read_text())["results"]}
+    for r in json.loads((fresh / "perplexity.json").read_text())["results"]:
+        rel = abs(r["ppl"] / old[(r["model"], r["n_ctx"])] - 1)
+        print(f"perplexity {r['model']} n_ctx {r['n_ctx']}: {r['ppl']} (stored {old[(r['model'], r['n_ctx'])]}, {rel:.2e} apart)")
+        bad += rel > 1e-3
+    return bad
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, default=None, help="where to write the fresh set")
+    ap.add_argument("--check", action="store_true", help="compare a fresh set with the stored one")
+    ap.add_argument("--worker", nargs=2, metavar=("MODEL", "PATH"), help=argparse.SUPPRESS)
+    ap.add_argument("--ppl-ctx", nargs="*", type=int, default=[], help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        worker(*args.worker, args.out, args.ppl_ctx)
+        return 0
+    if args.out is None and not args.check:
+        ap.error("give --out DIR (a fresh set) or --check")
+    out = args.out or Path(os.environ.get("TMPDIR", "/tmp")) / "localllm-reference"
+    if out.resolve() == REFERENCE.resolve():
+        ap.error("write the fresh set elsewhere, then compare it (--check) before replacing the stored one")
+    generate(out)
+    return 1 if args.check and check(out) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
