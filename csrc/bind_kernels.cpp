@@ -320,19 +320,31 @@ double dispatch_latency_ns_py(int n_threads, int iters, double work_ns) {
     SharedPool& sp = shared_pool(n_threads);
     py::gil_scoped_release nogil;
     std::lock_guard<std::mutex> lock(sp.busy);
-    std::atomic<int> touched{0};
+    // How often each share ran in the current run: every share exactly once per run.
+    std::vector<std::atomic<int>> ran(n_threads);
+    bool wrong_split = false;
     const auto work = std::chrono::nanoseconds((int64_t)work_ns);
-    auto job = [&](int, int) {
+    auto job = [&](int ith, int nth) {
+        if (nth != n_threads || ith < 0 || ith >= nth) { wrong_split = true; return; }
         const auto t0 = std::chrono::steady_clock::now();
         while (std::chrono::steady_clock::now() - t0 < work) {
         }
-        touched.fetch_add(1, std::memory_order_relaxed);
+        ran[ith].fetch_add(1, std::memory_order_relaxed);
     };
-    for (int i = 0; i < iters; ++i) sp.pool.run(job);
+    auto run_checked = [&] {
+        for (auto& r : ran) r.store(0, std::memory_order_relaxed);
+        sp.pool.run(job);
+        // run() returned: every share must have run once, and finished, by now.
+        for (int i = 0; i < n_threads; ++i)
+            if (ran[i].load() != 1)
+                throw std::runtime_error("thread pool ran share " + std::to_string(i) + " " +
+                                         std::to_string(ran[i].load()) + " times in one run");
+        if (wrong_split) throw std::runtime_error("thread pool passed a wrong share index or count");
+    };
+    for (int i = 0; i < iters; ++i) run_checked();
     const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < iters; ++i) sp.pool.run(job);
+    for (int i = 0; i < iters; ++i) run_checked();
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (touched.load() != 2 * iters * n_threads) throw std::runtime_error("thread pool lost a job");
     return s / iters * 1e9 - work_ns;
 }
 
@@ -469,5 +481,5 @@ void register_kernels(py::module_& m) {
           "cpu_clock: per-thread CPU time instead of wall time.");
     m.def("threadpool_dispatch_ns", &dispatch_latency_ns_py, py::arg("n_threads") = 2, py::arg("iters") = 2000,
           py::arg("work_ns") = 0.0,
-          "Mean overhead in ns of ThreadPool::run (wall time minus work_ns) when each share busy-waits work_ns.");
+          "Mean overhead in ns of ThreadPool::run (wall time minus work_ns) when each share busy-waits work_ns; raises if a run skips, repeats or has not finished a share when it returns.");
 }

@@ -353,15 +353,54 @@ def test_q8_0_random_models_close_to_transformers(name, converted):
     assert float((ours.argmax(-1) == ref.argmax(-1)).mean()) >= 0.8
 
 
+# llama.cpp's tensor names for the transformers parameters of the converted architectures.
+HF_TO_GGUF = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+              "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+              "mlp.down_proj": "ffn_down"}
+
+
+def gguf_name(hf_name: str) -> str:
+    if hf_name == "model.embed_tokens.weight":
+        return "token_embd.weight"
+    if hf_name == "lm_head.weight":
+        return "output.weight"
+    _, _, layer, rest = hf_name.split(".", 3)             # model.layers.N.<module>.weight
+    return f"blk.{layer}.{HF_TO_GGUF[rest.removesuffix('.weight')]}.weight"
+
+
+def hf_logits_with_file_weights(name: str, path: Path, ids: list[int]) -> np.ndarray:
+    """transformers' fp32 logits with every matrix replaced by the converted file's quantized
+    tensor as gguf-py dequantizes it: the same weights the runtime multiplies, so what is left
+    between the two is the runtime's own arithmetic (activation rounding, F16 KV cache)."""
+    from gguf.quants import dequantize
+    from transformers import AutoModelForCausalLM
+    reader = gguf.GGUFReader(str(path))
+    tensors = {t.name: t for t in reader.tensors}
+    model = AutoModelForCausalLM.from_pretrained(checkpoint(name), dtype=torch.float32).eval()
+    with torch.no_grad():
+        for hf_name, p in model.named_parameters():
+            if p.ndim != 2:
+                continue
+            t = tensors[gguf_name(hf_name)]
+            w = dequantize(np.asarray(t.data), t.tensor_type).reshape(p.shape)
+            p.copy_(torch.from_numpy(np.ascontiguousarray(w, np.float32)))
+        return model(torch.tensor([ids])).logits[0].float().numpy()
+
+
 @pytest.mark.parametrize("name", ["qwen2", "gemma3"])
-def test_q4_k_m_random_models_run(name, converted):
-    # No perplexity criterion for random weights (their perplexity is that of noise, ~vocab
-    # size, and says nothing about quantization quality); the logits must stay correlated.
+def test_q4_k_m_random_models_compute_their_weights(name, converted):
+    # Random weights say nothing about quantization quality (their perplexity is that of noise);
+    # what they can show is that the runtime computes the file it is given: against transformers
+    # running the file's own dequantized weights, the relative logit error measured 0.052 (qwen2)
+    # and 0.024 (gemma3): the 8-bit activations and F16 KV cache on chaotic random weights.
+    # Against the unquantized checkpoint it is 0.43 (the Q4_K rounding itself), the old bound 0.6.
     path = converted(name, "q4_k_m")
     ids = corpus_ids(path, 64)
-    ours, ref = llm_logits(path, ids), hf_logits(name, ids)
+    ours = llm_logits(path, ids)
     assert np.isfinite(ours).all()
-    assert rel_err(ours, ref) <= 0.6
+    err = rel_err(ours, hf_logits_with_file_weights(name, path, ids))
+    print(f"{name} q4_k_m: relative logit error against the file's own weights {err:.4f}")
+    assert err <= 0.12
 
 
 def test_q4_k_m_perplexity_smollm2(converted):

@@ -421,9 +421,8 @@ def test_truncated_at_every_section_boundary_and_byte(tmp_path):
     cuts = section_boundaries(kvs, DEFAULT_TENSORS) + [data_start, data_start + 32]
     assert len(set(cuts)) == len(cuts)
     for cut in sorted(set(cuts) | set(range(len(raw)))):
-        with pytest.raises(GGUFError, match=TRUNCATED) as info:
+        with pytest.raises(GGUFError, match=TRUNCATED):
             open_bytes(tmp_path, raw[:cut], name="cut.gguf")
-        assert info.value is not None, cut
 
 
 def test_random_corruption_never_crashes(tmp_path):
