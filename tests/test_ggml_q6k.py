@@ -79,7 +79,7 @@ def test_reference_is_the_product(gemma_q6k_rows, m):
     """Whatever the order, the result is W . x_q, x_q being x as Q8_K rounds it (the same bytes
     quantize_act gives): only f32 accumulation error is left. Each superblock's sum is an exact
     integer, then K/256 = 8 f32 multiply-adds: about 8 ulps (2^-21) of the magnitudes' sum at
-    worst; measured 0.13 ulp here, while zeroing 1/8 of each row is off by ~8e-5 of it."""
+    worst; measured about 1 ulp here, while zeroing 1/8 of each row is off by ~8e-5 of it."""
     w, k = gemma_q6k_rows
     x = activations(np.random.default_rng(300 + m), m, k)
     ref = _core.matmul_llamacpp(w, Q6_K, w.shape[0], k, x, reference=True)
