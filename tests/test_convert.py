@@ -688,3 +688,36 @@ def test_failure_mid_write_leaves_no_output(tiny_llama, tmp_path, monkeypatch, f
         calls.clear()
         assert cli_main(["convert", str(tiny_llama), "-o", str(out), "-q"]) == 1
         _no_output(out)
+
+
+def test_untied_embeddings_convert_and_run(tmp_path):
+    """A checkpoint with its own lm_head (tie_word_embeddings false): the converter writes
+    output.weight beside token_embd.weight, and the runtime's logits on the F32 file are
+    transformers' (measured 1.1e-4 relative: the F16 KV cache; reading token_embd as the output
+    matrix instead would be off by ~1)."""
+    from safetensors.numpy import save_file
+    from transformers import AutoModelForCausalLM
+    cfg = {**TINY_LLAMA, "tie_word_embeddings": False}
+    rng = np.random.default_rng(3)
+    tensors = _tiny_tensors(cfg, rng)
+    tensors["lm_head.weight"] = (rng.standard_normal((cfg["vocab_size"], cfg["hidden_size"])) * 0.05).astype(np.float32)
+    src = tmp_path / "untied"
+    src.mkdir()
+    (src / "config.json").write_text(json.dumps(cfg))
+    save_file(tensors, str(src / "model.safetensors"))
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(checkpoint("smollm2") / f, src / f)
+    out = tmp_path / "untied-f32.gguf"
+    convert(src, out, type="f32", progress=False)
+    reader = gguf.GGUFReader(str(out))
+    by_name = {t.name: t for t in reader.tensors}
+    assert np.array_equal(np.asarray(by_name["output.weight"].data), tensors["lm_head.weight"])
+    assert np.array_equal(np.asarray(by_name["token_embd.weight"].data), tensors["model.embed_tokens.weight"])
+    ids = corpus_ids(out, 64)
+    ours = llm_logits(out, ids)
+    with torch.no_grad():
+        ref = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32).eval()(torch.tensor([ids])).logits[0].numpy()
+    err = rel_err(ours, ref)
+    print(f"untied F32: relative logit error {err:.2e}")
+    assert err <= 5e-4
+    assert float((ours.argmax(-1) == ref.argmax(-1)).mean()) >= 0.98
