@@ -25,6 +25,7 @@ from gguf import GGMLQuantizationType as GQ
 from gguf.constants import GGML_QUANT_SIZES
 
 from conftest import MODEL_KEYS, model_file
+from golden_input import golden_input
 from localllm import _core, quants
 from localllm.quants import GGMLType as T
 
@@ -386,42 +387,12 @@ def test_quantize_rows_independent_and_thread_invariant():
 
 # ------------------------------------------------------------------------------- ggml golden bytes
 
-def golden_input() -> np.ndarray:
-    """[64, 4096] float32 made with integer arithmetic and exact float ops only, so it is the
-    same on every platform and numpy version: a splitmix64 hash, Irwin-Hall sums (near-normal),
-    and rows that are heavy-tailed, one-signed, sparse, zero, constant, 2^-100 tiny, 2^100 huge,
-    and on a 1/8 grid (rounding ties)."""
-    rows, n = 64, 4096
-    z = np.arange(rows * n, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
-    z ^= z >> np.uint64(30)
-    z *= np.uint64(0xBF58476D1CE4E5B9)
-    z ^= z >> np.uint64(27)
-    z *= np.uint64(0x94D049BB133111EB)
-    z ^= z >> np.uint64(31)
-    m16 = np.uint64(0xFFFF)
-    irwin_hall = sum(((z >> np.uint64(s)) & m16).astype(np.int64) for s in (0, 16, 32, 48)) - 2 * 65535
-    x = (irwin_hall.astype(np.float32) * np.float32(2.0 ** -16)).reshape(rows, n)
-    exps = ((z >> np.uint64(40)) % np.uint64(13)).astype(np.int32).reshape(rows, n) - 6
-    u = ((z & np.uint64(0xFFFFFF)).astype(np.float32) * np.float32(2.0 ** -24)).reshape(rows, n)
-    x[32:40] = np.ldexp(x[32:40], exps[32:40])
-    x[40:44] = u[40:44] + np.float32(0.5)
-    x[44:48] = -(u[44:48] + np.float32(0.5))
-    x[48:52] = np.where(u[48:52] < 0.9, np.float32(0), x[48:52])
-    x[52] = 0
-    x[53] = 0.375
-    x[54] = -3
-    x[55, ::7] = 1
-    x[56:60] = np.ldexp(x[56:60], -100)
-    x[60:62] = np.ldexp(x[60:62], 100)
-    x[62:64] = np.ldexp(np.trunc(np.ldexp(x[62:64], 2)), -3)
-    return x.astype(np.float32)
-
-
 # sha256 (first 32 hex digits) of ggml's own quantize_row_<type>_ref(golden_input()) bytes:
 # libggml-base of the llama.cpp vendored by llama-cpp-python 0.3.36 (ggml 0.25.3), built as
 # llama.cpp builds it (Release, -O3, no -march: ggml-base never fuses multiply-adds), called
 # through ctypes. These are llama.cpp outputs, the only independent reference for the K-quant
 # writers (gguf-py has none); an FMA-contracted or mis-transcribed scale search changes them.
+# tests/data/golden_quants.py makes them again (and --check compares them with this table).
 GGML_GOLDEN_SHA256 = {
     T.Q4_0: "e1dda0033002b0acdb410c7961dffa17",
     T.Q4_1: "7b64f4290ba65d1ef0ad05e6b5d4cdb1",
