@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from llamacpp_venv import DEFAULT_MODELS, ensure_venv, request_amx_permission
-from machine import describe, line
+from machine import describe, line as machine_line
 
 # ---- workers: run inside a fresh process, print one JSON line ----
 
@@ -159,7 +159,7 @@ def main() -> int:
     from localllm import hub
     venv_py = str(ensure_venv())
     machine = describe(args.threads, venv_py)
-    print(line(machine), flush=True)
+    print(machine_line(machine), flush=True)
     results = []
     for name in args.model or DEFAULT_MODELS:
         path = str(hub.resolve_model(name))

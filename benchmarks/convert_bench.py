@@ -23,6 +23,7 @@ from pathlib import Path
 import convert_common as common  # noqa: E402  (sets sys.path)
 from localllm.gguf import GGUFFile  # noqa: E402
 from localllm_convert import convert  # noqa: E402
+from machine import describe, line as machine_line  # noqa: E402
 
 _OURS = r"""
 import json, sys, time
@@ -55,7 +56,9 @@ def main() -> int:
     ap.add_argument("-r", "--repeats", type=int, default=2)
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
-    results = {}
+    machine = describe(args.threads)
+    print(machine_line(machine), flush=True)
+    results = {"machine": machine}
     with tempfile.TemporaryDirectory(prefix="convert-bench-") as tmp:
         tmp = Path(tmp)
         for model in args.models:

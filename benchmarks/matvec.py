@@ -27,6 +27,7 @@ from gguf import GGMLQuantizationType as T
 from gguf.quants import quantize
 
 from localllm import _core
+from machine import describe, line as machine_line
 
 __all__ = ["main", "make_weight_tile", "tiled_weights"]
 
@@ -144,6 +145,7 @@ def main() -> None:
     bw = _core.read_bandwidth(int(args.gb * 1e9), args.threads, args.reps, CPU_CLOCK)
     lat = _core.threadpool_dispatch_ns(args.threads, 2000)
     lat_busy = _core.threadpool_dispatch_ns(args.threads, 2000, 20000.0)
+    print(machine_line(describe(args.threads, read_bw_gbs=bw)))
     print(f"kernels: {isa}; threads: {args.threads}; K = {args.k}; decode weights: {args.gb:.2f} GB; "
           f"clock: {args.clock}")
     print(f"streaming read bandwidth ({args.threads} threads): {bw:.1f} GB/s")
