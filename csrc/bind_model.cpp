@@ -88,18 +88,35 @@ static py::array_t<float> forward(Model& m, I32 tokens, I32 positions, I32 seq_o
     return logits;
 }
 
+static Numerics parse_numerics(const std::string& numerics) {
+    if (numerics != "fast" && numerics != "llama.cpp")
+        throw std::invalid_argument("numerics must be 'fast' or 'llama.cpp', not '" + numerics + "'");
+    return numerics == "fast" ? Numerics::Fast : Numerics::LlamaCpp;
+}
+
+static py::dict allocated_dict(const Model& self) {
+    py::dict d;
+    for (Backend* be : self.backends()) {
+        py::dict kinds;
+        kinds["weights"] = be->allocated(MemKind::Weights);
+        kinds["kv"] = be->allocated(MemKind::KV);
+        kinds["scratch"] = be->allocated(MemKind::Scratch);
+        d[be->name()] = kinds;
+    }
+    return d;
+}
+
 void register_model(py::module_& m) {
     py::class_<Model>(m, "Model", "A loaded model: weights mapped from GGUF, a paged KV cache, a thread pool.")
         .def(py::init([](const std::string& path, int n_threads, int64_t kv_blocks, int kv_block_size,
-                         const std::string& numerics) {
-                 if (numerics != "fast" && numerics != "llama.cpp")
-                     throw std::invalid_argument("numerics must be 'fast' or 'llama.cpp', not '" + numerics + "'");
-                 const Numerics n = numerics == "fast" ? Numerics::Fast : Numerics::LlamaCpp;
+                         const std::string& numerics, int n_gpu_layers) {
+                 const Numerics n = parse_numerics(numerics);
                  py::gil_scoped_release release;
-                 return new Model(path, n_threads, kv_blocks, kv_block_size, n);
+                 return new Model(path, n_threads, kv_blocks, kv_block_size, n, n_gpu_layers);
              }),
              py::arg("path"), py::arg("n_threads"), py::arg("kv_blocks"), py::arg("kv_block_size") = 16,
-             py::arg("numerics") = "fast")
+             py::arg("numerics") = "fast", py::arg("n_gpu_layers") = 0,
+             "n_gpu_layers: the last n layers and the output head on the GPU (a build with a CUDA backend).")
         .def_property_readonly("numerics", [](const Model& self) {
             return std::string(self.numerics() == Numerics::Fast ? "fast" : "llama.cpp");
         })
@@ -112,6 +129,18 @@ void register_model(py::module_& m) {
              py::arg("block_tables"), py::arg("output_rows"), py::arg("out") = py::none(),
              "Run one batch; returns float32 logits [len(output_rows), n_vocab] (written into `out` "
              "when given, a C-contiguous float32 array of that shape).")
+        .def_property_readonly("allocated", &allocated_dict,
+             "Bytes the backends allocated: {device: {'weights', 'kv', 'scratch'}} (the planner's terms).")
+        .def_property_readonly("layer_devices", [](const Model& self) {
+            std::vector<std::string> d;
+            for (int il = 0; il < self.hparams().n_layer; ++il) d.push_back(self.layer_backend(il).name());
+            return d;
+        }, "The device of each layer.")
+        .def_property_readonly("output_device", [](const Model& self) { return std::string(self.output_backend().name()); })
+        .def("reserve", [](Model& self, int64_t n_tokens) {
+                 if (n_tokens < 1) throw std::invalid_argument("reserve: n_tokens must be >= 1");
+                 self.reserve(n_tokens);
+             }, py::arg("n_tokens"), "Allocate the scratch of batches of up to n_tokens tokens now.")
         .def("copy_block", [](Model& self, int64_t src, int64_t dst) { self.kv().copy_block(src, dst); },
              py::arg("src"), py::arg("dst"), "Copy one KV block's contents in every layer (copy-on-write).");
     m.def("supported_architectures", &supported_archs);
