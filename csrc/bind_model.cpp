@@ -4,7 +4,9 @@
 #include <pybind11/stl.h>
 #include <stdexcept>
 #include <string>
+#include "footprint.h"
 #include "model.h"
+#include "weights.h"
 
 namespace py = pybind11;
 using namespace lll;
@@ -106,7 +108,58 @@ static py::dict allocated_dict(const Model& self) {
     return d;
 }
 
+static Placement parse_device(const std::string& name) {
+    if (name == "CPU") return Placement::CPU;
+    if (name == "CUDA") return Placement::CUDA;
+    throw std::invalid_argument("device must be 'CPU' or 'CUDA', not '" + name + "'");
+}
+
+// The planner's view of a model file: its weights' views (checked, not read), and the bytes
+// each backend would allocate for a placement (footprint.h), without loading anything.
+class Footprint {
+public:
+    Footprint(const std::string& path, Numerics numerics)
+        : file_(GGUFFile::open(path)), numerics_(numerics), isa_(best_isa()) {
+        describe_model(*file_, hp_, w_);
+    }
+    int n_layer() const { return hp_.n_layer; }
+    py::dict bytes(int n_gpu_layers, int64_t kv_blocks, int kv_block_size, int64_t n_batch) {
+        if (kv_blocks < 1 || kv_block_size < 1 || n_batch < 1)
+            throw std::invalid_argument("kv_blocks, kv_block_size and n_batch must be >= 1");
+        const LayerPlacement lp = place_layers(hp_.n_layer, n_gpu_layers);
+        py::dict d;
+        for (Placement p : {Placement::CPU, Placement::CUDA}) {
+            if (p == Placement::CUDA && n_gpu_layers == 0) continue;
+            const DeviceBytes b = device_bytes(p, hp_, weights_on(w_, lp, p), kv_blocks, kv_block_size, n_batch,
+                                               isa_, numerics_);
+            py::dict kinds;
+            kinds["weights"] = b.weights;
+            kinds["kv"] = b.kv;
+            kinds["scratch"] = b.scratch;
+            d[placement_name(p)] = kinds;
+        }
+        return d;
+    }
+private:
+    std::shared_ptr<GGUFFile> file_;
+    Numerics numerics_;
+    Isa isa_;
+    HParams hp_;
+    ModelWeights w_;
+};
+
 void register_model(py::module_& m) {
+    py::class_<Footprint>(m, "Footprint", "The bytes each device would allocate for a model file (the planner's input).")
+        .def(py::init([](const std::string& path, const std::string& numerics) {
+                 return new Footprint(path, parse_numerics(numerics));
+             }), py::arg("path"), py::arg("numerics") = "fast")
+        .def_property_readonly("n_layer", &Footprint::n_layer)
+        .def("bytes", &Footprint::bytes, py::arg("n_gpu_layers"), py::arg("kv_blocks"), py::arg("kv_block_size"),
+             py::arg("n_batch"),
+             "{device: {'weights', 'kv', 'scratch'}} for the last n_gpu_layers layers (and the output head) on "
+             "the GPU, a pool of kv_blocks blocks and batches of up to n_batch tokens.");
+    m.def("backend_compiled", [](const std::string& device) { return backend_compiled(parse_device(device)); },
+          py::arg("device"), "Whether this build has the backend of a device ('CPU' or 'CUDA').");
     py::class_<Model>(m, "Model", "A loaded model: weights mapped from GGUF, a paged KV cache, a thread pool.")
         .def(py::init([](const std::string& path, int n_threads, int64_t kv_blocks, int kv_block_size,
                          const std::string& numerics, int n_gpu_layers) {

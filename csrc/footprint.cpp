@@ -5,6 +5,7 @@
 #include "matmul.h"
 #include "model.h"
 #include "quants/ggml_order.h"
+#include "weights.h"
 
 namespace lll {
 
@@ -58,6 +59,24 @@ size_t act_scratch_floats(const HParams& hp, int64_t T) {
     const int64_t kv_width = (int64_t)hp.n_head_kv * hp.head_dim;
     // x, h, tmp: n_embd; q, attn: q_width; k, v: kv_width; gate, up: n_ff
     return (size_t)T * (size_t)(3 * hp.n_embd + 2 * q_width + 2 * kv_width + 2 * (int64_t)hp.n_ff);
+}
+
+DeviceBytes device_bytes(Placement p, const HParams& hp, const PlacedWeights& pw, int64_t kv_blocks,
+                         int kv_block_size, int64_t T, Isa isa, Numerics numerics) {
+    const std::vector<const WeightRef*> mats(pw.matrices.begin(), pw.matrices.end());
+    const std::vector<const WeightRef*> vecs(pw.vectors.begin(), pw.vectors.end());
+    DeviceBytes d;
+    d.kv = (size_t)pw.n_layers * KVCache::layer_bytes(kv_blocks, kv_block_size, (int64_t)hp.n_head_kv * hp.head_dim);
+    if (p == Placement::CPU) {
+        d.weights = cpu_repack_layout(mats, isa, numerics, nullptr);
+        if (d.weights > 0) d.weights += cpu_vector_copy_bytes(vecs);
+        d.scratch = act_scratch_floats(hp, T) * sizeof(float) + cpu_act_quant_bytes(hp, mats, T);
+    } else {
+        for (const WeightRef* w : mats) d.weights += cuda_weight_bytes(*w);
+        for (const WeightRef* w : vecs) d.weights += cuda_weight_bytes(*w);
+        d.scratch = cuda_scratch_bytes(hp, T);
+    }
+    return d;
 }
 
 size_t cuda_weight_bytes(const WeightRef& w) { return w.present() ? w.bytes() : 0; }

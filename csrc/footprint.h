@@ -32,6 +32,16 @@ size_t cpu_act_quant_bytes(const HParams& hp, const std::vector<const WeightRef*
 // Float activations of one forward of T tokens (backend.h ActScratch).
 size_t act_scratch_floats(const HParams& hp, int64_t T);
 
+// ---- the whole of one backend ----
+struct DeviceBytes {
+    size_t weights = 0, kv = 0, scratch = 0;
+};
+struct PlacedWeights;
+// What the backend at `p` allocates for these weights (n_layers of them), a KV pool of
+// kv_blocks blocks of kv_block_size slots, and batches of up to T tokens.
+DeviceBytes device_bytes(Placement p, const HParams& hp, const PlacedWeights& pw, int64_t kv_blocks,
+                         int kv_block_size, int64_t T, Isa isa, Numerics numerics);
+
 // ---- CUDA ----
 // The rule a CUDA backend allocates by: every weight in its GGUF bytes (no repacking), the same
 // KV blocks and float activations as the CPU, and a logits buffer [T, n_vocab] F32.

@@ -8,35 +8,44 @@
 #include <unistd.h>
 #include <algorithm>
 #include <stdexcept>
+#include "weights.h"
 
 namespace lll {
+
+const ArchSpec* describe_model(const GGUFFile& f, HParams& hp, ModelWeights& w) {
+    const std::string arch = f.get_string("general.architecture");
+    const ArchSpec* spec = find_arch(arch);
+    if (!spec)
+        throw std::invalid_argument("unsupported architecture '" + arch + "' (supported: " +
+                                    supported_archs() + ")");
+    hp.arch = arch;
+    spec->load_hparams(f, hp);
+    spec->load_weights(f, hp, w);
+    return spec;
+}
 
 Model::Model(const std::string& path, int n_threads, int64_t kv_blocks, int kv_block_size, Numerics numerics,
              int n_gpu_layers)
     : path_(path), numerics_(numerics) {
     file_ = GGUFFile::open(path);
-    const std::string arch = file_->get_string("general.architecture");
-    arch_ = find_arch(arch);
-    if (!arch_)
-        throw std::invalid_argument("unsupported architecture '" + arch + "' (supported: " +
-                                    supported_archs() + ")");
-    hp_.arch = arch;
-    arch_->load_hparams(*file_, hp_);
-    arch_->load_weights(*this, w_);
+    arch_ = describe_model(*file_, hp_, w_);
     if (n_threads < 1) throw std::invalid_argument("n_threads must be >= 1");
-    if (n_gpu_layers < 0 || n_gpu_layers > hp_.n_layer)
-        throw std::invalid_argument("n_gpu_layers = " + std::to_string(n_gpu_layers) + " is out of range [0, " +
-                                    std::to_string(hp_.n_layer) + "]");
+    placement_ = place_layers(hp_.n_layer, n_gpu_layers);
     pool_ = std::make_unique<ThreadPool>(n_threads);
     isa_ = best_isa();
     const BackendConfig cfg{&hp_, pool_.get(), isa_, numerics_};
     backends_.push_back(make_backend(Placement::CPU, cfg));
     if (n_gpu_layers > 0) backends_.push_back(make_backend(Placement::CUDA, cfg));
-    for (int il = 0; il < hp_.n_layer; ++il)
-        layer_backend_.push_back(il >= hp_.n_layer - n_gpu_layers ? backends_.back().get() : backends_[0].get());
-    output_backend_ = backends_.back().get();
+    for (Placement p : placement_.layers) layer_backend_.push_back(&backend_at(p));
+    output_backend_ = &backend_at(placement_.output);
     place_weights();
     kv_ = std::make_unique<KVCache>(layer_backend_, kv_blocks, kv_block_size, (int64_t)hp_.n_head_kv * hp_.head_dim);
+}
+
+Backend& Model::backend_at(Placement p) const {
+    for (const auto& b : backends_)
+        if (b->placement() == p) return *b;
+    throw std::logic_error(std::string("no backend for ") + placement_name(p));
 }
 
 std::vector<Backend*> Model::backends() const {
@@ -51,31 +60,18 @@ std::vector<Backend*> Model::backends() const {
 void Model::place_weights() {
     embd_.rows = w_.tok_embd;
     for (const auto& be : backends_) {
-        std::vector<WeightRef*> mats, vecs;
-        for (int il = 0; il < hp_.n_layer; ++il) {
-            if (layer_backend_[il] != be.get()) continue;
-            LayerWeights& L = w_.layers[il];
-            for (WeightRef* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) mats.push_back(w);
-            for (WeightRef* w : {&L.attn_norm, &L.bq, &L.bk, &L.bv, &L.q_norm, &L.k_norm, &L.attn_post_norm,
-                                 &L.ffn_norm, &L.ffn_post_norm})
-                vecs.push_back(w);
-        }
-        if (output_backend_ == be.get()) {
-            mats.push_back(&w_.output);
-            vecs.insert(vecs.begin(), &w_.output_norm);
-        }
-        for (WeightRef* w : mats) w->placement = be->placement();
-        for (WeightRef* w : vecs) w->placement = be->placement();
-        be->place_weights(mats, vecs);
+        const PlacedWeights pw = weights_on(w_, placement_, be->placement());
+        for (WeightRef* w : pw.matrices) w->placement = be->placement();
+        for (WeightRef* w : pw.vectors) w->placement = be->placement();
+        be->place_weights(pw.matrices, pw.vectors);
     }
     // When the CPU repacked the tied output matrix or released file pages, token rows are read
     // with pread: through the mapping, each lookup of a scattered row maps a whole page-cache
     // folio (about 1 MB here), and a long prompt would pull back into memory the table that
     // repacking released (it is the output matrix when tied).
     bool released = w_.output.repacked;
-    for (const LayerWeights& L : w_.layers)
-        for (const WeightRef* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
-            released = released || w->repacked;
+    for (LayerWeights& L : w_.layers)
+        for (const WeightRef* w : layer_matrices(L)) released = released || w->repacked;
     const GGUFTensor* emb = file_->tensor("token_embd.weight");
     if (!released || !emb) return;
     embd_.fd = open(path_.c_str(), O_RDONLY | O_CLOEXEC);
@@ -85,30 +81,6 @@ void Model::place_weights() {
     const uintptr_t lo = ((uintptr_t)emb->data + page - 1) / page * page;
     const uintptr_t hi = ((uintptr_t)emb->data + emb->nbytes) / page * page;
     if (hi > lo) madvise((void*)lo, hi - lo, MADV_DONTNEED);
-}
-
-WeightRef Model::weight(const std::string& name, int64_t ne0, int64_t ne1, bool required) const {
-    const GGUFTensor* t = file_->tensor(name);
-    if (!t) {
-        if (required) throw std::invalid_argument("model file lacks tensor '" + name + "'");
-        return WeightRef{};
-    }
-    const int64_t t_ne1 = t->n_dims >= 2 ? t->ne[1] : 1;
-    if (t->ne[0] != ne0 || t_ne1 != ne1 || t->n_dims > 2)
-        throw std::invalid_argument("tensor '" + name + "' has shape [" + std::to_string(t->ne[0]) +
-                                    ", " + std::to_string(t_ne1) + "], expected [" + std::to_string(ne0) +
-                                    ", " + std::to_string(ne1) + "]");
-    const TypeTraits* tt = type_traits(t->type);
-    WeightRef w;
-    w.name = name;
-    w.type = t->type;
-    w.data = t->data;
-    w.ne0 = ne0;
-    w.ne1 = ne1;
-    w.row_bytes = (size_t)(ne0 / tt->block_elems) * tt->block_bytes;
-    if (ne1 == 1 && w.type != GGMLType::F32 && ne0 > 0 && t->n_dims == 1)
-        throw std::invalid_argument("vector tensor '" + name + "' must be F32, is " + tt->name);
-    return w;
 }
 
 Model::~Model() {

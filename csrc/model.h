@@ -88,11 +88,15 @@ struct LayerCtx {
 struct ArchSpec {
     const char* name;
     void (*load_hparams)(const GGUFFile& f, HParams& hp);
-    void (*load_weights)(const Model& m, ModelWeights& w);
+    // The weights of csrc/weights.h's list, plus what the architecture requires of them.
+    void (*load_weights)(const GGUFFile& f, const HParams& hp, ModelWeights& w);
     // x[T, n_embd] in place (on c.be): one transformer block, through the backend's ops.
     void (*layer_forward)(const LayerCtx& c, float* x, int64_t T);
 };
 const ArchSpec* find_arch(const std::string& name);   // nullptr when unsupported
+// Hyper-parameters and weight views (checked, not read) of a GGUF: what loading and the
+// planner both start from.
+const ArchSpec* describe_model(const GGUFFile& f, HParams& hp, ModelWeights& w);
 std::string supported_archs();                         // "gemma3, llama, qwen2"
 
 class Model {
@@ -113,6 +117,7 @@ public:
     Numerics numerics() const { return numerics_; }
     const ModelWeights& weights() const { return w_; }
     Backend& layer_backend(int il) const { return *layer_backend_[il]; }
+    Backend& backend_at(Placement p) const;
     Backend& output_backend() const { return *output_backend_; }
     // The backends in use, the CPU first.
     std::vector<Backend*> backends() const;
@@ -122,9 +127,6 @@ public:
     // Scratch on every backend for batches of up to T tokens (forward grows it as needed).
     void reserve(int64_t T);
 
-    // Lookup by GGUF name with shape checks; `required` false returns an absent ref.
-    WeightRef weight(const std::string& name, int64_t ne0, int64_t ne1, bool required = true) const;
-
 private:
     std::shared_ptr<GGUFFile> file_;
     const ArchSpec* arch_ = nullptr;
@@ -132,6 +134,7 @@ private:
     ModelWeights w_;
     std::unique_ptr<ThreadPool> pool_;
     std::vector<std::unique_ptr<Backend>> backends_;   // CPU first; destroyed after what they hold
+    LayerPlacement placement_;
     std::vector<Backend*> layer_backend_;              // per layer
     Backend* output_backend_ = nullptr;
     std::unique_ptr<KVCache> kv_;

@@ -3,6 +3,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string>
+#include <vector>
 #include "blocks.h"
 
 namespace lll {
@@ -10,6 +11,12 @@ namespace lll {
 // The backend (backend.h) that holds a layer's weights and KV blocks and runs its ops.
 enum class Placement : int { CPU = 0, CUDA = 1 };
 inline const char* placement_name(Placement p) { return p == Placement::CPU ? "CPU" : "CUDA"; }
+
+// The placement of each layer and of the output head (weights.h place_layers).
+struct LayerPlacement {
+    std::vector<Placement> layers;
+    Placement output = Placement::CPU;
+};
 
 // A 1-D or 2-D weight: in the GGUF mapping until its backend places it (backend.h
 // place_weights), then in that backend's memory (a repacked arena, host copies, device memory).

@@ -3,6 +3,7 @@
 // post-attention and post-FFN norms, GELU-gated FFN. The GGUF norms already include Gemma's +1.
 #include <math.h>
 #include "layer_blocks.h"
+#include "../weights.h"
 
 namespace lll {
 
@@ -40,8 +41,8 @@ static void gemma3_layer_forward(const LayerCtx& c, float* x, int64_t T) {
     be.add(x, y, T * D);
 }
 
-static void gemma3_weights(const Model& m, ModelWeights& w) {
-    load_common_weights(m, w);
+static void gemma3_weights(const GGUFFile& f, const HParams& hp, ModelWeights& w) {
+    load_model_weights(f, hp, w);
     for (size_t il = 0; il < w.layers.size(); ++il) {
         const LayerWeights& L = w.layers[il];
         if (!L.q_norm.present() || !L.k_norm.present() || !L.attn_post_norm.present() ||

@@ -76,35 +76,4 @@ void load_common_hparams(const GGUFFile& f, HParams& hp) {
     hp.layer_is_swa.assign(hp.n_layer, 0);
 }
 
-void load_common_weights(const Model& m, ModelWeights& w) {
-    const HParams& hp = m.hparams();
-    const int64_t D = hp.n_embd, Q = (int64_t)hp.n_head * hp.head_dim;
-    const int64_t KV = (int64_t)hp.n_head_kv * hp.head_dim, F = hp.n_ff, hd = hp.head_dim;
-    w.tok_embd = m.weight("token_embd.weight", D, hp.n_vocab);
-    w.output_norm = m.weight("output_norm.weight", D, 1);
-    w.output = m.weight("output.weight", D, hp.n_vocab, false);
-    if (!w.output.present()) w.output = w.tok_embd;   // tied embeddings
-    w.layers.resize(hp.n_layer);
-    for (int il = 0; il < hp.n_layer; ++il) {
-        LayerWeights& L = w.layers[il];
-        const std::string p = "blk." + std::to_string(il) + ".";
-        L.attn_norm = m.weight(p + "attn_norm.weight", D, 1);
-        L.wq = m.weight(p + "attn_q.weight", D, Q);
-        L.wk = m.weight(p + "attn_k.weight", D, KV);
-        L.wv = m.weight(p + "attn_v.weight", D, KV);
-        L.wo = m.weight(p + "attn_output.weight", Q, D);
-        L.bq = m.weight(p + "attn_q.bias", Q, 1, false);
-        L.bk = m.weight(p + "attn_k.bias", KV, 1, false);
-        L.bv = m.weight(p + "attn_v.bias", KV, 1, false);
-        L.q_norm = m.weight(p + "attn_q_norm.weight", hd, 1, false);
-        L.k_norm = m.weight(p + "attn_k_norm.weight", hd, 1, false);
-        L.attn_post_norm = m.weight(p + "post_attention_norm.weight", D, 1, false);
-        L.ffn_norm = m.weight(p + "ffn_norm.weight", D, 1);
-        L.w_gate = m.weight(p + "ffn_gate.weight", D, F);
-        L.w_up = m.weight(p + "ffn_up.weight", D, F);
-        L.w_down = m.weight(p + "ffn_down.weight", F, D);
-        L.ffn_post_norm = m.weight(p + "post_ffw_norm.weight", D, 1, false);
-    }
-}
-
 }  // namespace lll

@@ -15,8 +15,5 @@ void ffn_block(const LayerCtx& c, const float* h, int64_t T, float* out, FFNAct 
 
 // Hyper-parameters every llama-like architecture shares, read from "{arch}.*" keys.
 void load_common_hparams(const GGUFFile& f, HParams& hp);
-// Token embedding, output head (tied when output.weight is absent) and the standard per-layer
-// tensors; optional ones (biases, q/k norms, post-norms) are loaded when the file has them.
-void load_common_weights(const Model& m, ModelWeights& w);
 
 }  // namespace lll

@@ -2,6 +2,7 @@
 // RMSNorm, RoPE on adjacent pairs, grouped-query attention, SwiGLU FFN.
 #include "layer_blocks.h"
 #include "llama.h"
+#include "../weights.h"
 
 namespace lll {
 
@@ -24,6 +25,6 @@ void llama_layer_forward(const LayerCtx& c, float* x, int64_t T) {
     be.add(x, y, T * D);
 }
 
-extern const ArchSpec kLlamaArch = {"llama", llama_hparams, load_common_weights, llama_layer_forward};
+extern const ArchSpec kLlamaArch = {"llama", llama_hparams, load_model_weights, llama_layer_forward};
 
 }  // namespace lll
