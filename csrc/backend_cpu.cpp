@@ -177,8 +177,11 @@ const float* CpuBackend::rope_cs(const int32_t* positions, int64_t T, int rope_d
 void CpuBackend::reserve(int64_t T) {
     if (T <= scratch_T_) return;
     const HParams& hp = *hp_;
-    act_.reset();
-    act_ = alloc(act_scratch_floats(hp, T) * sizeof(float), MemKind::Scratch, "activations");
+    // Both new buffers first: when one does not fit, the old scratch stays whole.
+    std::unique_ptr<Buffer> act = alloc(act_scratch_floats(hp, T) * sizeof(float), MemKind::Scratch, "activations");
+    std::unique_ptr<Buffer> xq = alloc(cpu_act_quant_bytes(hp, matrices_, T), MemKind::Scratch, "quantized activations");
+    act_ = std::move(act);
+    xq_ = std::move(xq);
     const int64_t q_width = (int64_t)hp.n_head * hp.head_dim;
     const int64_t kv_width = (int64_t)hp.n_head_kv * hp.head_dim;
     float* p = reinterpret_cast<float*>(act_->data());
@@ -192,8 +195,6 @@ void CpuBackend::reserve(int64_t T) {
     scratch_.v = take(kv_width);
     scratch_.gate = take(hp.n_ff);
     scratch_.up = take(hp.n_ff);
-    xq_.reset();
-    xq_ = alloc(cpu_act_quant_bytes(hp, matrices_, T), MemKind::Scratch, "quantized activations");
     scratch_T_ = T;
 }
 
