@@ -11,7 +11,6 @@
 #include "backend.h"
 #include "gguf.h"
 #include "kv_cache.h"
-#include "matmul.h"
 #include "quants.h"
 #include "tensor.h"
 #include "threadpool.h"
@@ -112,7 +111,6 @@ public:
     const GGUFFile& file() const { return *file_; }
     std::shared_ptr<GGUFFile> file_ptr() const { return file_; }
     KVCache& kv() { return *kv_; }
-    ThreadPool& pool() { return *pool_; }
     Isa isa() const { return isa_; }
     Numerics numerics() const { return numerics_; }
     const ModelWeights& weights() const { return w_; }
