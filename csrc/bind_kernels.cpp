@@ -372,7 +372,10 @@ py::array_t<float> attention_test_py(const F32Array& q, const F32Array& k, const
     if (block_tables.ndim() != 2) throw std::invalid_argument("attention_test: block_tables must be [n_seqs, max_blocks]");
     if (kernel != -1 && kernel != 0 && kernel != 2) throw std::invalid_argument("attention_test: kernel must be -1, 0 or 2");
     const int64_t n_seqs = block_tables.shape(0), max_blocks = block_tables.shape(1);
-    lll::KVCache kv(1, n_blocks, block_size, n_head_kv * hd);
+    SharedPool& sp = shared_pool(n_threads);
+    const lll::BackendConfig cfg{nullptr, &sp.pool, lll::best_isa(), lll::Numerics::Fast};
+    const std::unique_ptr<lll::Backend> host = lll::make_backend(lll::Placement::CPU, cfg);   // KV memory only
+    lll::KVCache kv({host.get()}, n_blocks, block_size, n_head_kv * hd);
     for (int64_t t = 0; t < T; ++t) {   // kv_write trusts its batch: check what it will index
         const int32_t s = seq_of_token.at(t), p = positions.at(t);
         if (s < 0 || s >= n_seqs || p < 0 || p / block_size >= max_blocks)
@@ -397,7 +400,6 @@ py::array_t<float> attention_test_py(const F32Array& q, const F32Array& k, const
     qb.positions = qpos.data(), qb.seq_of_token = qseq.data(), qb.n_tokens = Tq;
     py::array_t<float> out({Tq, n_head, hd});
     float* op = out.mutable_data();
-    SharedPool& sp = shared_pool(n_threads);
     py::gil_scoped_release nogil;
     std::lock_guard<std::mutex> lock(sp.busy);
     if (numerics == "llama.cpp")

@@ -4,7 +4,9 @@
 #include <pybind11/stl.h>
 #include <stdexcept>
 #include <string>
+#include "footprint.h"
 #include "model.h"
+#include "weights.h"
 
 namespace py = pybind11;
 using namespace lll;
@@ -88,18 +90,86 @@ static py::array_t<float> forward(Model& m, I32 tokens, I32 positions, I32 seq_o
     return logits;
 }
 
+static Numerics parse_numerics(const std::string& numerics) {
+    if (numerics != "fast" && numerics != "llama.cpp")
+        throw std::invalid_argument("numerics must be 'fast' or 'llama.cpp', not '" + numerics + "'");
+    return numerics == "fast" ? Numerics::Fast : Numerics::LlamaCpp;
+}
+
+static py::dict allocated_dict(const Model& self) {
+    py::dict d;
+    for (Backend* be : self.backends()) {
+        py::dict kinds;
+        kinds["weights"] = be->allocated(MemKind::Weights);
+        kinds["kv"] = be->allocated(MemKind::KV);
+        kinds["scratch"] = be->allocated(MemKind::Scratch);
+        d[be->name()] = kinds;
+    }
+    return d;
+}
+
+static Placement parse_device(const std::string& name) {
+    if (name == "CPU") return Placement::CPU;
+    if (name == "CUDA") return Placement::CUDA;
+    throw std::invalid_argument("device must be 'CPU' or 'CUDA', not '" + name + "'");
+}
+
+// The planner's view of a model file: its weights' views (checked, not read), and the bytes
+// each backend would allocate for a placement (footprint.h), without loading anything.
+class Footprint {
+public:
+    Footprint(const std::string& path, Numerics numerics)
+        : file_(GGUFFile::open(path)), numerics_(numerics), isa_(best_isa()) {
+        describe_model(*file_, hp_, w_);
+    }
+    int n_layer() const { return hp_.n_layer; }
+    py::dict bytes(int n_gpu_layers, int64_t kv_blocks, int kv_block_size, int64_t n_batch) {
+        if (kv_blocks < 1 || kv_block_size < 1 || n_batch < 1)
+            throw std::invalid_argument("kv_blocks, kv_block_size and n_batch must be >= 1");
+        const LayerPlacement lp = place_layers(hp_.n_layer, n_gpu_layers);
+        py::dict d;
+        for (Placement p : {Placement::CPU, Placement::CUDA}) {
+            if (p == Placement::CUDA && n_gpu_layers == 0) continue;
+            const DeviceBytes b = device_bytes(p, hp_, weights_on(w_, lp, p), kv_blocks, kv_block_size, n_batch,
+                                               isa_, numerics_);
+            py::dict kinds;
+            kinds["weights"] = b.weights;
+            kinds["kv"] = b.kv;
+            kinds["scratch"] = b.scratch;
+            d[placement_name(p)] = kinds;
+        }
+        return d;
+    }
+private:
+    std::shared_ptr<GGUFFile> file_;
+    Numerics numerics_;
+    Isa isa_;
+    HParams hp_;
+    ModelWeights w_;
+};
+
 void register_model(py::module_& m) {
+    py::class_<Footprint>(m, "Footprint", "The bytes each device would allocate for a model file (the planner's input).")
+        .def(py::init([](const std::string& path, const std::string& numerics) {
+                 return new Footprint(path, parse_numerics(numerics));
+             }), py::arg("path"), py::arg("numerics") = "fast")
+        .def_property_readonly("n_layer", &Footprint::n_layer)
+        .def("bytes", &Footprint::bytes, py::arg("n_gpu_layers"), py::arg("kv_blocks"), py::arg("kv_block_size"),
+             py::arg("n_batch"),
+             "{device: {'weights', 'kv', 'scratch'}} for the last n_gpu_layers layers (and the output head) on "
+             "the GPU, a pool of kv_blocks blocks and batches of up to n_batch tokens.");
+    m.def("backend_compiled", [](const std::string& device) { return backend_compiled(parse_device(device)); },
+          py::arg("device"), "Whether this build has the backend of a device ('CPU' or 'CUDA').");
     py::class_<Model>(m, "Model", "A loaded model: weights mapped from GGUF, a paged KV cache, a thread pool.")
         .def(py::init([](const std::string& path, int n_threads, int64_t kv_blocks, int kv_block_size,
-                         const std::string& numerics) {
-                 if (numerics != "fast" && numerics != "llama.cpp")
-                     throw std::invalid_argument("numerics must be 'fast' or 'llama.cpp', not '" + numerics + "'");
-                 const Numerics n = numerics == "fast" ? Numerics::Fast : Numerics::LlamaCpp;
+                         const std::string& numerics, int n_gpu_layers) {
+                 const Numerics n = parse_numerics(numerics);
                  py::gil_scoped_release release;
-                 return new Model(path, n_threads, kv_blocks, kv_block_size, n);
+                 return new Model(path, n_threads, kv_blocks, kv_block_size, n, n_gpu_layers);
              }),
              py::arg("path"), py::arg("n_threads"), py::arg("kv_blocks"), py::arg("kv_block_size") = 16,
-             py::arg("numerics") = "fast")
+             py::arg("numerics") = "fast", py::arg("n_gpu_layers") = 0,
+             "n_gpu_layers: the last n layers and the output head on the GPU (a build with a CUDA backend).")
         .def_property_readonly("numerics", [](const Model& self) {
             return std::string(self.numerics() == Numerics::Fast ? "fast" : "llama.cpp");
         })
@@ -112,6 +182,18 @@ void register_model(py::module_& m) {
              py::arg("block_tables"), py::arg("output_rows"), py::arg("out") = py::none(),
              "Run one batch; returns float32 logits [len(output_rows), n_vocab] (written into `out` "
              "when given, a C-contiguous float32 array of that shape).")
+        .def_property_readonly("allocated", &allocated_dict,
+             "Bytes the backends allocated: {device: {'weights', 'kv', 'scratch'}} (the planner's terms).")
+        .def_property_readonly("layer_devices", [](const Model& self) {
+            std::vector<std::string> d;
+            for (int il = 0; il < self.hparams().n_layer; ++il) d.push_back(self.layer_backend(il).name());
+            return d;
+        }, "The device of each layer.")
+        .def_property_readonly("output_device", [](const Model& self) { return std::string(self.output_backend().name()); })
+        .def("reserve", [](Model& self, int64_t n_tokens) {
+                 if (n_tokens < 1) throw std::invalid_argument("reserve: n_tokens must be >= 1");
+                 self.reserve(n_tokens);
+             }, py::arg("n_tokens"), "Allocate the scratch of batches of up to n_tokens tokens now.")
         .def("copy_block", [](Model& self, int64_t src, int64_t dst) { self.kv().copy_block(src, dst); },
              py::arg("src"), py::arg("dst"), "Copy one KV block's contents in every layer (copy-on-write).");
     m.def("supported_architectures", &supported_archs);

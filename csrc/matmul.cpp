@@ -9,7 +9,6 @@
 #include "matmul.h"
 
 #include <stdlib.h>
-#include <sys/mman.h>
 #include <string.h>
 
 #include <algorithm>
@@ -206,16 +205,6 @@ void repack_weight(ThreadPool& pool, GGMLType wtype, const void* W, int64_t N, i
         bseq::repack_panels(wtype, (const uint8_t*)W, (size_t)wrb, N, K, dst, panels * ith / nth,
                             panels * (ith + 1) / nth);
     });
-}
-
-HugeBuffer::HugeBuffer(size_t bytes) {
-    // 2 MiB aligned and advised as huge pages: decode streams the weights once per token, and
-    // 4 KiB pages would cost a TLB miss every 4 KiB.
-    constexpr size_t kHuge = 2u << 20;
-    const size_t alloc = (bytes + kHuge - 1) / kHuge * kHuge;
-    data_.reset((uint8_t*)aligned_alloc(kHuge, alloc ? alloc : kHuge));
-    if (!data_) throw std::bad_alloc();
-    madvise(data_.get(), alloc, MADV_HUGEPAGE);
 }
 
 void matmul_q_repacked(ThreadPool& pool, GGMLType wtype, const void* Wr, int64_t N, int64_t K,

@@ -2,8 +2,6 @@
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
-#include <stdlib.h>
-#include <memory>
 #include "blocks.h"
 #include "quants.h"
 #include "threadpool.h"
@@ -31,15 +29,6 @@ bool can_repack(GGMLType wtype, Isa isa);   // the type runs block-sequential at
 size_t repacked_bytes(GGMLType wtype, int64_t N, int64_t K);
 void repack_weight(ThreadPool& pool, GGMLType wtype, const void* W, int64_t N, int64_t K, uint8_t* dst);
 
-// Memory for repacked weights: 2 MiB aligned, advised as transparent huge pages.
-class HugeBuffer {
-public:
-    explicit HugeBuffer(size_t bytes);
-    uint8_t* data() const { return data_.get(); }
-private:
-    struct Free { void operator()(uint8_t* p) const { free(p); } };
-    std::unique_ptr<uint8_t, Free> data_;
-};
 // matmul_q on a repacked weight: bit-identical to matmul_q on the original rows.
 void matmul_q_repacked(ThreadPool& pool, GGMLType wtype, const void* Wr, int64_t N, int64_t K,
                        const void* Xq, int64_t M, float* Y, int64_t ldy);

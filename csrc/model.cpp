@@ -1,226 +1,127 @@
-// model.cpp — loading a model from GGUF and the shared skeleton of the forward pass.
+// model.cpp — loading a model from GGUF, placing each layer on a backend, and the shared
+// skeleton of the forward pass.
 #include "model.h"
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 #include <algorithm>
 #include <stdexcept>
-#include "matmul.h"
-#include "quants/ggml_order.h"
-#include "ops.h"
-#include "models/layer_blocks.h"
+#include "weights.h"
 
 namespace lll {
 
-Model::Model(const std::string& path, int n_threads, int64_t kv_blocks, int kv_block_size, Numerics numerics)
-    : path_(path), numerics_(numerics) {
-    file_ = GGUFFile::open(path);
-    const std::string arch = file_->get_string("general.architecture");
-    arch_ = find_arch(arch);
-    if (!arch_)
+const ArchSpec* describe_model(const GGUFFile& f, HParams& hp, ModelWeights& w) {
+    const std::string arch = f.get_string("general.architecture");
+    const ArchSpec* spec = find_arch(arch);
+    if (!spec)
         throw std::invalid_argument("unsupported architecture '" + arch + "' (supported: " +
                                     supported_archs() + ")");
-    hp_.arch = arch;
-    arch_->load_hparams(*file_, hp_);
-    arch_->load_weights(*this, w_);
+    hp.arch = arch;
+    spec->load_hparams(f, hp);
+    spec->load_weights(f, hp, w);
+    return spec;
+}
+
+Model::Model(const std::string& path, int n_threads, int64_t kv_blocks, int kv_block_size, Numerics numerics,
+             int n_gpu_layers)
+    : path_(path), numerics_(numerics) {
+    file_ = GGUFFile::open(path);
+    arch_ = describe_model(*file_, hp_, w_);
     if (n_threads < 1) throw std::invalid_argument("n_threads must be >= 1");
+    placement_ = place_layers(hp_.n_layer, n_gpu_layers);
     pool_ = std::make_unique<ThreadPool>(n_threads);
-    kv_ = std::make_unique<KVCache>(hp_.n_layer, kv_blocks, kv_block_size,
-                                    (int64_t)hp_.n_head_kv * hp_.head_dim);
     isa_ = best_isa();
-    const char* no_repack = getenv("LOCALLLM_NO_REPACK");
-    if (!(no_repack && *no_repack && *no_repack != '0')) repack_layer_weights();
+    const BackendConfig cfg{&hp_, pool_.get(), isa_, numerics_};
+    backends_.push_back(make_backend(Placement::CPU, cfg));
+    if (n_gpu_layers > 0) backends_.push_back(make_backend(Placement::CUDA, cfg));
+    for (Placement p : placement_.layers) layer_backend_.push_back(&backend_at(p));
+    output_backend_ = &backend_at(placement_.output);
+    place_weights();
+    kv_ = std::make_unique<KVCache>(layer_backend_, kv_blocks, kv_block_size, (int64_t)hp_.n_head_kv * hp_.head_dim);
 }
 
-bool Model::llamacpp_kernel(const WeightRef& w) const {
-    return numerics_ == Numerics::LlamaCpp && ggml_order::supported(w.type, w.ne1);
+Backend& Model::backend_at(Placement p) const {
+    for (const auto& b : backends_)
+        if (b->placement() == p) return *b;
+    throw std::logic_error(std::string("no backend for ") + placement_name(p));
 }
 
-// The matrices of block-sequential types are repacked into 16-row panels (same size), and the
-// file pages they came from are dropped from memory: peak RSS stays that of the weights. With
-// tied embeddings the output matrix is also the lookup table: that keeps reading the file's
-// rows, and faults back in only the pages of the tokens it looks up.
-void Model::repack_layer_weights() {
-    const long page = sysconf(_SC_PAGESIZE);
-    const std::vector<WeightRef*> todo = matrices();
-    std::vector<WeightRef*> chosen;
-    std::vector<size_t> offset;
-    size_t total = 0;
-    for (WeightRef* w : todo) {
-        if (!w->present() || !can_repack(w->type, isa_)) continue;
-        if (llamacpp_kernel(*w)) continue;   // those kernels read the GGUF rows
-        chosen.push_back(w);
-        offset.push_back(total);
-        total += (repacked_bytes(w->type, w->ne1, w->ne0) + 63) / 64 * 64;
-    }
-    if (chosen.empty()) return;
-    copy_vector_weights();
-    // Token lookups then read their rows with pread: through the mapping, each lookup of a
-    // scattered row maps a whole page-cache folio (about 1 MB here), and a long prompt would pull
-    // back into memory the table that repacking released (it is the output matrix when tied).
-    const GGUFTensor* emb = file_->tensor("token_embd.weight");
-    embd_fd_ = open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-    if (emb && embd_fd_ >= 0) {
-        embd_offset_ = emb->file_offset;
-        const uintptr_t lo = ((uintptr_t)emb->data + page - 1) / page * page;
-        const uintptr_t hi = ((uintptr_t)emb->data + emb->nbytes) / page * page;
-        if (hi > lo) madvise((void*)lo, hi - lo, MADV_DONTNEED);
-    }
-    repacked_ = std::make_unique<HugeBuffer>(total);
-    // Slices of rows, each released from memory as soon as it is repacked: the old and new copies
-    // of a large matrix (a 170 MB tied embedding) never sit in memory together.
-    constexpr int64_t kSliceRows = 8192;
-    for (size_t i = 0; i < chosen.size(); ++i) {
-        WeightRef* w = chosen[i];
-        uint8_t* dst = repacked_->data() + offset[i];
-        for (int64_t r0 = 0; r0 < w->ne1; r0 += kSliceRows) {
-            const int64_t rows = std::min(kSliceRows, w->ne1 - r0);
-            const uint8_t* src = w->data + r0 * w->row_bytes;
-            repack_weight(*pool_, w->type, src, rows, w->ne0, dst + r0 * w->row_bytes);
-            const uintptr_t lo = ((uintptr_t)src + page - 1) / page * page;
-            const uintptr_t hi = ((uintptr_t)src + rows * w->row_bytes) / page * page;
-            if (hi > lo) madvise((void*)lo, hi - lo, MADV_DONTNEED);
-        }
-        w->data = dst;
-        w->repacked = true;
-    }
-}
-
-const float* Model::rope_cs(const int32_t* positions, int64_t T, float base) {
-    for (RopeCache& c : rope_cache_)
-        if (c.base == base && (int64_t)c.positions.size() == T &&
-            std::equal(positions, positions + T, c.positions.begin()))
-            return c.cs.data();
-    RopeCache& c = rope_cache_[rope_cache_next_];
-    rope_cache_next_ = (rope_cache_next_ + 1) % 2;
-    c.base = base;
-    c.positions.assign(positions, positions + T);
-    c.cs.resize((size_t)(T * hp_.rope_dims));
-    rope_table(positions, T, hp_.rope_dims, base, c.cs.data());
-    return c.cs.data();
-}
-
-// In the order a token uses them, which is also their order in the repacked arena: a kernel's
-// prefetch past the end of one matrix then warms the start of the next.
-std::vector<WeightRef*> Model::matrices() {
-    std::vector<WeightRef*> all;
-    for (LayerWeights& L : w_.layers)
-        for (WeightRef* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) all.push_back(w);
-    all.push_back(&w_.output);
+std::vector<Backend*> Model::backends() const {
+    std::vector<Backend*> all;
+    for (const auto& b : backends_) all.push_back(b.get());
     return all;
 }
 
-// Norm weights and biases are copied out of the mapping once their neighbours' file pages are
-// dropped: touching one would map back the whole page-cache folio around it (24 MB of RSS over
-// SmolLM2's 61 norm vectors in one forward). They are a few hundred KB in all.
-void Model::copy_vector_weights() {
-    std::vector<WeightRef*> vecs{&w_.output_norm};
+// Each backend takes the weights of its layers (and the output head), in the order a token uses
+// them, which is also their order in a CPU's repacked arena: a kernel's prefetch past the end
+// of one matrix then warms the start of the next.
+void Model::place_weights() {
+    embd_.rows = w_.tok_embd;
+    for (const auto& be : backends_) {
+        const PlacedWeights pw = weights_on(w_, placement_, be->placement());
+        for (WeightRef* w : pw.matrices) w->placement = be->placement();
+        for (WeightRef* w : pw.vectors) w->placement = be->placement();
+        be->place_weights(pw.matrices, pw.vectors);
+    }
+    // When the CPU repacked the tied output matrix or released file pages, token rows are read
+    // with pread: through the mapping, each lookup of a scattered row maps a whole page-cache
+    // folio (about 1 MB here), and a long prompt would pull back into memory the table that
+    // repacking released (it is the output matrix when tied).
+    bool released = w_.output.repacked;
     for (LayerWeights& L : w_.layers)
-        for (WeightRef* w : {&L.attn_norm, &L.bq, &L.bk, &L.bv, &L.q_norm, &L.k_norm,
-                             &L.attn_post_norm, &L.ffn_norm, &L.ffn_post_norm})
-            vecs.push_back(w);
-    size_t total = 0;   // floats
-    for (const WeightRef* w : vecs)
-        if (w->present()) total += (size_t)(w->ne0 * w->ne1);
-    vector_copies_.resize(total);
-    float* dst = vector_copies_.data();
-    for (WeightRef* w : vecs) {
-        if (!w->present()) continue;
-        const size_t n = (size_t)(w->ne0 * w->ne1);
-        memcpy(dst, w->data, n * sizeof(float));   // weight() checked: vectors are F32
-        w->data = reinterpret_cast<const uint8_t*>(dst);
-        dst += n;
-    }
-}
-
-WeightRef Model::weight(const std::string& name, int64_t ne0, int64_t ne1, bool required) const {
-    const GGUFTensor* t = file_->tensor(name);
-    if (!t) {
-        if (required) throw std::invalid_argument("model file lacks tensor '" + name + "'");
-        return WeightRef{};
-    }
-    const int64_t t_ne1 = t->n_dims >= 2 ? t->ne[1] : 1;
-    if (t->ne[0] != ne0 || t_ne1 != ne1 || t->n_dims > 2)
-        throw std::invalid_argument("tensor '" + name + "' has shape [" + std::to_string(t->ne[0]) +
-                                    ", " + std::to_string(t_ne1) + "], expected [" + std::to_string(ne0) +
-                                    ", " + std::to_string(ne1) + "]");
-    const TypeTraits* tt = type_traits(t->type);
-    WeightRef w;
-    w.name = name;
-    w.type = t->type;
-    w.data = t->data;
-    w.ne0 = ne0;
-    w.ne1 = ne1;
-    w.row_bytes = (size_t)(ne0 / tt->block_elems) * tt->block_bytes;
-    if (ne1 == 1 && w.type != GGMLType::F32 && ne0 > 0 && t->n_dims == 1)
-        throw std::invalid_argument("vector tensor '" + name + "' must be F32, is " + tt->name);
-    return w;
+        for (const WeightRef* w : layer_matrices(L)) released = released || w->repacked;
+    const GGUFTensor* emb = file_->tensor("token_embd.weight");
+    if (!released || !emb) return;
+    embd_.fd = open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+    if (embd_.fd < 0) return;
+    embd_.file_offset = emb->file_offset;
+    const long page = sysconf(_SC_PAGESIZE);
+    const uintptr_t lo = ((uintptr_t)emb->data + page - 1) / page * page;
+    const uintptr_t hi = ((uintptr_t)emb->data + emb->nbytes) / page * page;
+    if (hi > lo) madvise((void*)lo, hi - lo, MADV_DONTNEED);
 }
 
 Model::~Model() {
-    if (embd_fd_ >= 0) close(embd_fd_);
+    if (embd_.fd >= 0) close(embd_.fd);
 }
 
-void Model::embed_tokens_pread(const int32_t* tokens, int64_t T, float* out) {
-    const WeightRef& e = w_.tok_embd;
-    std::vector<uint8_t> row(e.row_bytes);
-    for (int64_t t = 0; t < T; ++t) {
-        const int32_t id = tokens[t];
-        if (id < 0 || id >= e.ne1)
-            throw std::out_of_range("token id " + std::to_string(id) + " out of range [0, " + std::to_string(e.ne1) + ")");
-        const off_t at = (off_t)(embd_offset_ + (uint64_t)id * e.row_bytes);
-        for (size_t done = 0; done < e.row_bytes;) {
-            const ssize_t n = pread(embd_fd_, row.data() + done, e.row_bytes - done, at + (off_t)done);
-            if (n <= 0) throw std::runtime_error("reading token_embd.weight row " + std::to_string(id) + " failed");
-            done += (size_t)n;
-        }
-        dequantize_row(e.type, row.data(), out + t * e.ne0, e.ne0);
+void Model::reserve(int64_t T) {
+    for (const auto& be : backends_) be->reserve(T);
+}
+
+// x[n] of one backend's scratch into the next's, through the host when neither is the CPU.
+void Model::move_activations(Backend& from, Backend& to, int64_t n) {
+    const size_t bytes = (size_t)n * sizeof(float);
+    Backend& cpu = *backends_[0];
+    if (&from == &cpu) {
+        to.from_host(to.scratch().x, from.scratch().x, bytes);
+    } else if (&to == &cpu) {
+        from.to_host(to.scratch().x, from.scratch().x, bytes);
+    } else {
+        from.to_host(cpu.scratch().x, from.scratch().x, bytes);
+        to.from_host(to.scratch().x, cpu.scratch().x, bytes);
     }
-}
-
-void Model::reserve_scratch(int64_t T) {
-    if (T <= scratch_T_) return;
-    const int64_t q_width = (int64_t)hp_.n_head * hp_.head_dim;
-    const int64_t kv_width = (int64_t)hp_.n_head_kv * hp_.head_dim;
-    const int64_t widest = std::max<int64_t>({hp_.n_embd, q_width, hp_.n_ff});
-    s.x.resize(T * hp_.n_embd);
-    s.h.resize(T * hp_.n_embd);
-    s.q.resize(T * q_width);
-    s.k.resize(T * kv_width);
-    s.v.resize(T * kv_width);
-    s.attn.resize(T * q_width);
-    s.gate.resize(T * hp_.n_ff);
-    s.up.resize(T * hp_.n_ff);
-    s.tmp.resize(T * hp_.n_embd);
-    // Room for the activation formats this model's matrices use (not every format: f32's is
-    // 4x Q8's, and a resized vector touches every page): widths rounded up to the largest
-    // block (Q8_K's 256), since a model's widest row need not be a multiple of every block.
-    const int64_t widest_blocks = (widest + QK_K - 1) / QK_K * QK_K;
-    size_t xq = 0;
-    for (const WeightRef* w : matrices())
-        if (w->present())
-            xq = std::max(xq, act_buffer_bytes(type_traits(w->type)->vec_dot_type, T, widest_blocks));
-    s.xq.resize(xq);
-    scratch_T_ = T;
 }
 
 void Model::forward(const Batch& b, float* logits) {
     const int64_t T = b.n_tokens, D = hp_.n_embd;
-    reserve_scratch(std::max<int64_t>(T, b.n_out));
-    float* x = s.x.data();                                   // [T, D] residual stream
-    if (embd_fd_ >= 0) embed_tokens_pread(b.tokens, T, x);
-    else embed_tokens(w_.tok_embd, b.tokens, T, x);
-    if (hp_.embd_scale != 1.0f) scale_inplace(x, hp_.embd_scale, T * D);
-    for (int il = 0; il < hp_.n_layer; ++il) arch_->layer_forward(*this, il, x, T, b);
-    float* h = s.h.data();                                   // [n_out, D] rows wanted
-    for (int64_t r = 0; r < b.n_out; ++r)
-        rms_norm(x + (int64_t)b.output_rows[r] * D, w_.output_norm.f32(), h + r * D, D, hp_.norm_eps);
-    const WeightRef& out = w_.output;                        // logits [n_out, n_vocab]
-    if (out.repacked || llamacpp_kernel(out)) linear(*this, out, h, b.n_out, logits, nullptr);
-    else matmul(*pool_, out.type, out.data, out.ne1, out.ne0, h, b.n_out, logits, isa_);
+    reserve(std::max<int64_t>(T, b.n_out));
+    for (const auto& be : backends_) be->begin_batch(b);
+    Backend* cur = backends_[0].get();                       // the input embedding is on the CPU
+    float* x = cur->scratch().x;                             // [T, D] residual stream
+    cur->embed(embd_, b.tokens, T, x);
+    if (hp_.embd_scale != 1.0f) cur->scale(x, hp_.embd_scale, T * D);
+    for (int il = 0; il < hp_.n_layer; ++il) {
+        Backend& be = *layer_backend_[il];
+        if (&be != cur) move_activations(*cur, be, T * D);  // once per change of backend
+        cur = &be;
+        arch_->layer_forward(LayerCtx{be, hp_, w_.layers[il], *kv_, il, b}, be.scratch().x, T);
+    }
+    if (output_backend_ != cur) move_activations(*cur, *output_backend_, T * D);
+    output_backend_->output_head(output_backend_->scratch().x, b, w_.output_norm, hp_.norm_eps, w_.output, logits);
+    output_backend_->sync();
 }
 
 }  // namespace lll

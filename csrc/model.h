@@ -8,9 +8,9 @@
 #include <memory>
 #include <string>
 #include <vector>
+#include "backend.h"
 #include "gguf.h"
 #include "kv_cache.h"
-#include "matmul.h"
 #include "quants.h"
 #include "tensor.h"
 #include "threadpool.h"
@@ -72,21 +72,38 @@ struct Batch {
 
 class Model;
 
+// What one layer's forward works with: the backend that runs it (its weights, KV blocks and
+// scratch live there) and the layer's description.
+struct LayerCtx {
+    Backend& be;
+    const HParams& hp;
+    const LayerWeights& L;
+    KVCache& kv;
+    int il;
+    const Batch& b;
+};
+
 // Per-architecture hooks, registered by name in csrc/models/registry.cpp.
 struct ArchSpec {
     const char* name;
     void (*load_hparams)(const GGUFFile& f, HParams& hp);
-    void (*load_weights)(const Model& m, ModelWeights& w);
-    // x[T, n_embd] in place: one transformer block (uses the model's scratch buffers).
-    void (*layer_forward)(Model& m, int il, float* x, int64_t T, const Batch& batch);
+    // The weights of csrc/weights.h's list, plus what the architecture requires of them.
+    void (*load_weights)(const GGUFFile& f, const HParams& hp, ModelWeights& w);
+    // x[T, n_embd] in place (on c.be): one transformer block, through the backend's ops.
+    void (*layer_forward)(const LayerCtx& c, float* x, int64_t T);
 };
 const ArchSpec* find_arch(const std::string& name);   // nullptr when unsupported
+// Hyper-parameters and weight views (checked, not read) of a GGUF: what loading and the
+// planner both start from.
+const ArchSpec* describe_model(const GGUFFile& f, HParams& hp, ModelWeights& w);
 std::string supported_archs();                         // "gemma3, llama, qwen2"
 
 class Model {
 public:
+    // The last n_gpu_layers layers, and then the output head, run on the GPU backend (llama.cpp's
+    // -ngl); the input embedding and the other layers on the CPU.
     Model(const std::string& path, int n_threads, int64_t kv_blocks, int kv_block_size,
-          Numerics numerics = Numerics::Fast);
+          Numerics numerics = Numerics::Fast, int n_gpu_layers = 0);
     ~Model();
     Model(const Model&) = delete;
     Model& operator=(const Model&) = delete;
@@ -94,28 +111,19 @@ public:
     const GGUFFile& file() const { return *file_; }
     std::shared_ptr<GGUFFile> file_ptr() const { return file_; }
     KVCache& kv() { return *kv_; }
-    ThreadPool& pool() { return *pool_; }
     Isa isa() const { return isa_; }
     Numerics numerics() const { return numerics_; }
-    // This matrix runs a llama.cpp-order kernel (numerics LlamaCpp and a kernel for its type).
-    bool llamacpp_kernel(const WeightRef& w) const;
     const ModelWeights& weights() const { return w_; }
+    Backend& layer_backend(int il) const { return *layer_backend_[il]; }
+    Backend& backend_at(Placement p) const;
+    Backend& output_backend() const { return *output_backend_; }
+    // The backends in use, the CPU first.
+    std::vector<Backend*> backends() const;
 
-    // Runs the batch; writes n_out rows of n_vocab logits to `logits`.
+    // Runs the batch; writes n_out rows of n_vocab logits to `logits` (host).
     void forward(const Batch& batch, float* logits);
-
-    // Lookup by GGUF name with shape checks; `required` false returns an absent ref.
-    WeightRef weight(const std::string& name, int64_t ne0, int64_t ne1, bool required = true) const;
-
-    // Scratch buffers of the forward, sized for the largest batch seen (grown, never shrunk).
-    struct Scratch {
-        std::vector<float> x, h, q, k, v, attn, gate, up, tmp;   // [T, width] activations
-        std::vector<uint8_t> xq;                              // quantized activations
-    } s;
-    // The rope table (ops.h) of these positions and base: made by the forward's first layer
-    // with that base, reused by the others (Gemma3 alternates two bases).
-    const float* rope_cs(const int32_t* positions, int64_t T, float base);
-    void reserve_scratch(int64_t T);
+    // Scratch on every backend for batches of up to T tokens (forward grows it as needed).
+    void reserve(int64_t T);
 
 private:
     std::shared_ptr<GGUFFile> file_;
@@ -123,25 +131,17 @@ private:
     HParams hp_;
     ModelWeights w_;
     std::unique_ptr<ThreadPool> pool_;
+    std::vector<std::unique_ptr<Backend>> backends_;   // CPU first; destroyed after what they hold
+    LayerPlacement placement_;
+    std::vector<Backend*> layer_backend_;              // per layer
+    Backend* output_backend_ = nullptr;
     std::unique_ptr<KVCache> kv_;
-    std::unique_ptr<HugeBuffer> repacked_;   // the repacked matrices, one arena
-    void repack_layer_weights();
-    std::vector<WeightRef*> matrices();      // every matrix multiplied: the output and the layers'
-    std::vector<float> vector_copies_;       // norm weights and biases, out of the mapping
-    void copy_vector_weights();
+    void place_weights();
     std::string path_;
-    int embd_fd_ = -1;                        // >= 0: token rows are read with pread (see .cpp)
-    uint64_t embd_offset_ = 0;
-    void embed_tokens_pread(const int32_t* tokens, int64_t T, float* out);
+    EmbeddingTable embd_;                     // the input embedding (always on the CPU)
+    void move_activations(Backend& from, Backend& to, int64_t n);
     Isa isa_;
     Numerics numerics_ = Numerics::Fast;
-    int64_t scratch_T_ = 0;
-    struct RopeCache {
-        float base = 0.0f;
-        std::vector<int32_t> positions;
-        std::vector<float> cs;
-    } rope_cache_[2];
-    int rope_cache_next_ = 0;
 };
 
 }  // namespace lll

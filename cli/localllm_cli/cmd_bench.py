@@ -7,7 +7,7 @@ import os
 
 from localllm import hub
 
-from .common import add_numerics_arg
+from .common import add_device_args, add_numerics_arg, device_kwargs
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -20,6 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-r", "--repetitions", type=int, default=5)
     p.add_argument("--json", action="store_true", help="print llama-bench-style JSON")
     add_numerics_arg(p)
+    add_device_args(p)
     p.set_defaults(func=run)
 
 
@@ -32,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     for model in args.model or [None]:
         path = hub.resolve_model(model)
         llm = LLM(str(path), n_threads=args.threads, n_ctx=max(args.n_prompt, args.n_gen, 16) + 16,
-                  n_batch=max(args.n_prompt, 1), numerics=args.numerics)
+                  n_batch=max(args.n_prompt, 1), numerics=args.numerics, **device_kwargs(args))
         n_params = sum(t.n_elements for t in llm.gguf.tensors)
         for r in run_bench(llm, args.n_prompt, args.n_gen, args.repetitions):
             rows.append({
@@ -41,7 +42,8 @@ def run(args: argparse.Namespace) -> int:
                 "n_threads": llm.n_threads, "n_prompt": r.n_prompt, "n_gen": r.n_gen,
                 "test": r.test, "avg_ns": r.avg_ns, "stddev_ns": int(_stdev(r.samples_ns)),
                 "avg_ts": r.avg_ts, "stddev_ts": r.stddev_ts, "samples_ns": r.samples_ns,
-                "samples_ts": r.samples_ts, "backend": f"CPU ({llm.isa})",
+                "samples_ts": r.samples_ts, "n_gpu_layers": llm.n_gpu_layers,
+                "backend": f"CUDA + CPU ({llm.isa})" if llm.n_gpu_layers else f"CPU ({llm.isa})",
             })
     if args.json:
         print(json.dumps(rows, indent=2))

@@ -8,6 +8,8 @@ from typing import Any
 from localllm import hub
 from localllm.gguf import GGUFFile, model_summary
 
+from .common import add_device_args, add_numerics_arg, device_kwargs, parse_size
+
 __all__ = ["register", "run_info"]
 
 
@@ -18,6 +20,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--tensors", action="store_true",
                    help="also list every tensor (name, type, shape in ggml order, file offset)")
+    p.add_argument("--plan", action="store_true",
+                   help="print where -ngl puts the layers and the bytes each device will be asked "
+                        "for (weights, KV, scratch), without loading the model")
+    p.add_argument("-c", "--ctx-size", type=int, default=None, help="with --plan: context (default 4096)")
+    p.add_argument("-b", "--batch-size", type=int, default=512, help="with --plan: largest batch (tokens)")
+    p.add_argument("--kv-blocks", type=int, default=None, metavar="N",
+                   help="with --plan: KV pool in blocks of 16 tokens (default: the context's)")
+    p.add_argument("--gpu-free", type=parse_size, default=None, metavar="SIZE",
+                   help="with --plan: simulate a GPU with this much free memory")
+    add_device_args(p)
+    add_numerics_arg(p)
     p.set_defaults(func=run_info)
 
 
@@ -71,8 +84,43 @@ def _print_summary(s: dict[str, Any]) -> None:
     row("chat template", "yes" if s["has_chat_template"] else "no")
 
 
+def plan_for(args: argparse.Namespace, path: str):
+    """The plan `info --plan` prints: -ngl against --gpu-free (or the GPU's free memory)."""
+    from localllm import _core
+    from localllm.plan import gpu_free_bytes, plan_layers
+    if args.ctx_size is not None and args.ctx_size < 1:
+        raise ValueError(f"-c must be >= 1, got {args.ctx_size}")
+    if args.batch_size < 1 or (args.kv_blocks is not None and args.kv_blocks < 1):
+        raise ValueError("-b and --kv-blocks must be >= 1")
+    dev = device_kwargs(args)
+    footprint = _core.Footprint(path, args.numerics)
+    gpu_free = args.gpu_free if args.gpu_free is not None else gpu_free_bytes()
+    n_ctx = args.ctx_size or 4096
+    pool = None if args.kv_blocks is None else args.kv_blocks + 1
+    plan = plan_layers(footprint.bytes, footprint.n_layer, dev["n_gpu_layers"], n_ctx=n_ctx,
+                       kv_block_size=16, n_batch=args.batch_size, kv_blocks=pool,
+                       ctx_set=args.ctx_size is not None, gpu_free=gpu_free,
+                       gpu_margin=dev["gpu_margin"])
+    if gpu_free is None and plan.n_gpu_layers:
+        plan.notes.append("no GPU free memory known (no GPU, or no CUDA backend in this build): "
+                          "pass --gpu-free to check the fit")
+    return plan
+
+
 def run_info(args: argparse.Namespace) -> int:
     path = hub.resolve_model(args.model)
+    if args.plan:
+        plan = plan_for(args, str(path))
+        if args.json:
+            print(json.dumps({"n_layer": plan.n_layer, "n_gpu_layers": plan.n_gpu_layers,
+                              "n_ctx": plan.n_ctx, "kv_blocks": plan.kv_blocks,
+                              "gpu_budget": plan.gpu_budget, "fits": plan.fits,
+                              "devices": {k: {"weights": d.weights, "kv": d.kv, "scratch": d.scratch,
+                                              "total": d.total} for k, d in plan.devices.items()},
+                              "notes": plan.notes}, indent=2))
+        else:
+            print(plan.describe())
+        return 0 if plan.fits else 1
     f = GGUFFile(path)
     summary = model_summary(path, gguf=f)
     if args.json:

@@ -6,7 +6,8 @@ import argparse
 import sys
 import time
 
-from .common import add_model_args, add_sampling_args, peak_rss_mb, print_stats, sampling_kwargs
+from .common import (add_model_args, add_sampling_args, device_kwargs, peak_rss_mb, print_stats,
+                     sampling_kwargs)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -61,7 +62,7 @@ def load(args: argparse.Namespace):
             raise ValueError(f"--kv-memory {args.kv_memory} MiB holds no KV block ({per_block} bytes each)")
         args.model = str(path)
     return LLM(args.model, n_threads=args.threads, n_ctx=args.ctx_size, max_running=args.parallel,
-               kv_blocks=blocks, numerics=args.numerics)
+               kv_blocks=blocks, numerics=args.numerics, **device_kwargs(args))
 
 
 def prompt_ids(llm, prompt: str, chat: bool) -> list[int]:

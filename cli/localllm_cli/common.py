@@ -6,12 +6,54 @@ import resource
 import sys
 
 
-def add_model_args(p: argparse.ArgumentParser, ctx_default: int = 4096) -> None:
+def add_model_args(p: argparse.ArgumentParser, ctx_default: int | None = None) -> None:
+    """ctx_default None: the library's default context (4096), which -ngl auto may shrink to fit
+    the GPU; a context given with -c is never shrunk."""
     p.add_argument("-m", "--model", default=None,
                    help="GGUF file or known model name (default: the default model, pulled on first use)")
     p.add_argument("-t", "--threads", type=int, default=None, help="CPU threads (default: all)")
-    p.add_argument("-c", "--ctx-size", type=int, default=ctx_default, help="context length in tokens")
+    p.add_argument("-c", "--ctx-size", type=int, default=ctx_default,
+                   help=f"context length in tokens (default {ctx_default or 4096})")
     add_numerics_arg(p)
+    add_device_args(p)
+
+
+def parse_size(text: str) -> int:
+    """Bytes from '1073741824', '512M', '1G', '1.5GiB' (K/M/G/T are powers of 1024)."""
+    t = text.strip().upper().removesuffix("IB").removesuffix("B")
+    scale = 1
+    if t and t[-1] in "KMGT":
+        scale = 1 << (10 * ("KMGT".index(t[-1]) + 1))
+        t = t[:-1]
+    try:
+        value = float(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 1G, 512M, 1073741824)") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"a size must be >= 0, got {text!r}")
+    return int(value * scale)
+
+
+def add_device_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-ngl", "--n-gpu-layers", default=None, metavar="N|all|auto",
+                   help="layers on the GPU, as llama.cpp's -ngl: the last N layers plus the output "
+                        "head (default auto: as many as fit; 0 without a GPU)")
+    p.add_argument("--device", choices=["cpu", "auto"], default="auto",
+                   help="cpu: run on the CPU only (same as -ngl 0); auto (default): use -ngl")
+    p.add_argument("--gpu-margin", type=parse_size, default=None, metavar="SIZE",
+                   help="GPU memory auto leaves free (default 1G)")
+
+
+def device_kwargs(args: argparse.Namespace) -> dict:
+    """LLM's n_gpu_layers and gpu_margin from -ngl, --device and --gpu-margin."""
+    from localllm.plan import DEFAULT_GPU_MARGIN, parse_n_gpu_layers
+    ngl = parse_n_gpu_layers(args.n_gpu_layers)
+    if args.device == "cpu":
+        if ngl not in ("auto", 0):
+            raise ValueError(f"--device cpu contradicts -ngl {args.n_gpu_layers}")
+        ngl = 0
+    margin = DEFAULT_GPU_MARGIN if args.gpu_margin is None else args.gpu_margin
+    return {"n_gpu_layers": ngl, "gpu_margin": margin}
 
 
 def add_numerics_arg(p: argparse.ArgumentParser) -> None:
@@ -45,7 +87,8 @@ def sampling_kwargs(args: argparse.Namespace, n_ctx: int) -> dict:
 
 def load_llm(args: argparse.Namespace):
     from localllm import LLM
-    return LLM(args.model, n_threads=args.threads, n_ctx=args.ctx_size, numerics=args.numerics)
+    return LLM(args.model, n_threads=args.threads, n_ctx=args.ctx_size, numerics=args.numerics,
+               **device_kwargs(args))
 
 
 def peak_rss_mb() -> float:

@@ -3,7 +3,7 @@
 // post-attention and post-FFN norms, GELU-gated FFN. The GGUF norms already include Gemma's +1.
 #include <math.h>
 #include "layer_blocks.h"
-#include "../ops.h"
+#include "../weights.h"
 
 namespace lll {
 
@@ -24,24 +24,25 @@ static void gemma3_hparams(const GGUFFile& f, HParams& hp) {
     }
 }
 
-static void gemma3_layer_forward(Model& m, int il, float* x, int64_t T, const Batch& b) {
-    const HParams& hp = m.hparams();
-    const LayerWeights& L = m.weights().layers[il];
+static void gemma3_layer_forward(const LayerCtx& c, float* x, int64_t T) {
+    const HParams& hp = c.hp;
+    const LayerWeights& L = c.L;
+    Backend& be = c.be;
     const int64_t D = hp.n_embd;
-    float* h = m.s.h.data();       // [T, D] normalized input of a sub-layer
-    float* y = m.s.tmp.data();     // [T, D] sub-layer output
-    rms_norm_rows(m.pool(), x, L.attn_norm.f32(), h, T, D, hp.norm_eps);
-    attention_block(m, il, h, T, b, y);
-    rms_norm_rows(m.pool(), y, L.attn_post_norm.f32(), y, T, D, hp.norm_eps);
-    add_inplace(x, y, T * D);
-    rms_norm_rows(m.pool(), x, L.ffn_norm.f32(), h, T, D, hp.norm_eps);
-    ffn_block(m, il, h, T, y, FFNAct::GELU);
-    rms_norm_rows(m.pool(), y, L.ffn_post_norm.f32(), y, T, D, hp.norm_eps);
-    add_inplace(x, y, T * D);
+    float* h = be.scratch().h;     // [T, D] normalized input of a sub-layer
+    float* y = be.scratch().tmp;   // [T, D] sub-layer output
+    be.rms_norm(x, L.attn_norm, h, T, D, hp.norm_eps);
+    attention_block(c, h, T, y);
+    be.rms_norm(y, L.attn_post_norm, y, T, D, hp.norm_eps);
+    be.add(x, y, T * D);
+    be.rms_norm(x, L.ffn_norm, h, T, D, hp.norm_eps);
+    ffn_block(c, h, T, y, FFNAct::GELU);
+    be.rms_norm(y, L.ffn_post_norm, y, T, D, hp.norm_eps);
+    be.add(x, y, T * D);
 }
 
-static void gemma3_weights(const Model& m, ModelWeights& w) {
-    load_common_weights(m, w);
+static void gemma3_weights(const GGUFFile& f, const HParams& hp, ModelWeights& w) {
+    load_model_weights(f, hp, w);
     for (size_t il = 0; il < w.layers.size(); ++il) {
         const LayerWeights& L = w.layers[il];
         if (!L.q_norm.present() || !L.k_norm.present() || !L.attn_post_norm.present() ||

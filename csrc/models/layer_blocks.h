@@ -1,4 +1,4 @@
-// layer_blocks.h — building blocks the architecture files compose: linear layers, the attention
+// layer_blocks.h — building blocks the architecture files compose, on a layer's backend: the attention
 // block (projections, norms, RoPE, KV write, attention, output projection) and the FFN block.
 #pragma once
 #include <stdint.h>
@@ -7,21 +7,13 @@
 
 namespace lll {
 
-// y[T, w.ne1] = x[T, w.ne0] . w^T (+ bias[w.ne1])
-void linear(Model& m, const WeightRef& w, const float* x, int64_t T, float* y,
-            const WeightRef* bias = nullptr);
+// out[T, n_embd] = attention sub-layer of layer c.il on the normalized input h[T, n_embd].
+void attention_block(const LayerCtx& c, const float* h, int64_t T, float* out);
 
-// out[T, n_embd] = attention sub-layer of layer il on the normalized input h[T, n_embd].
-void attention_block(Model& m, int il, const float* h, int64_t T, const Batch& b, float* out);
-
-enum class FFNAct { SiLU, GELU };
 // out[T, n_embd] = down(act(gate(h)) * up(h))
-void ffn_block(Model& m, int il, const float* h, int64_t T, float* out, FFNAct act);
+void ffn_block(const LayerCtx& c, const float* h, int64_t T, float* out, FFNAct act);
 
 // Hyper-parameters every llama-like architecture shares, read from "{arch}.*" keys.
 void load_common_hparams(const GGUFFile& f, HParams& hp);
-// Token embedding, output head (tied when output.weight is absent) and the standard per-layer
-// tensors; optional ones (biases, q/k norms, post-norms) are loaded when the file has them.
-void load_common_weights(const Model& m, ModelWeights& w);
 
 }  // namespace lll

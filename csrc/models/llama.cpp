@@ -2,7 +2,7 @@
 // RMSNorm, RoPE on adjacent pairs, grouped-query attention, SwiGLU FFN.
 #include "layer_blocks.h"
 #include "llama.h"
-#include "../ops.h"
+#include "../weights.h"
 
 namespace lll {
 
@@ -11,20 +11,20 @@ static void llama_hparams(const GGUFFile& f, HParams& hp) {
     hp.rope_style = RopeStyle::Normal;
 }
 
-void llama_layer_forward(Model& m, int il, float* x, int64_t T, const Batch& b) {
-    const HParams& hp = m.hparams();
-    const LayerWeights& L = m.weights().layers[il];
+void llama_layer_forward(const LayerCtx& c, float* x, int64_t T) {
+    const HParams& hp = c.hp;
+    Backend& be = c.be;
     const int64_t D = hp.n_embd;
-    float* h = m.s.h.data();       // [T, D] normalized input of a sub-layer
-    float* y = m.s.tmp.data();     // [T, D] sub-layer output
-    rms_norm_rows(m.pool(), x, L.attn_norm.f32(), h, T, D, hp.norm_eps);
-    attention_block(m, il, h, T, b, y);
-    add_inplace(x, y, T * D);
-    rms_norm_rows(m.pool(), x, L.ffn_norm.f32(), h, T, D, hp.norm_eps);
-    ffn_block(m, il, h, T, y, FFNAct::SiLU);
-    add_inplace(x, y, T * D);
+    float* h = be.scratch().h;     // [T, D] normalized input of a sub-layer
+    float* y = be.scratch().tmp;   // [T, D] sub-layer output
+    be.rms_norm(x, c.L.attn_norm, h, T, D, hp.norm_eps);
+    attention_block(c, h, T, y);
+    be.add(x, y, T * D);
+    be.rms_norm(x, c.L.ffn_norm, h, T, D, hp.norm_eps);
+    ffn_block(c, h, T, y, FFNAct::SiLU);
+    be.add(x, y, T * D);
 }
 
-extern const ArchSpec kLlamaArch = {"llama", llama_hparams, load_common_weights, llama_layer_forward};
+extern const ArchSpec kLlamaArch = {"llama", llama_hparams, load_model_weights, llama_layer_forward};
 
 }  // namespace lll

@@ -4,5 +4,5 @@
 
 namespace lll {
 // x[T, n_embd] += attention(norm(x)); x += swiglu_ffn(norm(x))
-void llama_layer_forward(Model& m, int il, float* x, int64_t T, const Batch& b);
+void llama_layer_forward(const LayerCtx& c, float* x, int64_t T);
 }

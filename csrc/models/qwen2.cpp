@@ -2,6 +2,7 @@
 // and NeoX-style RoPE (rotating the two halves of each head).
 #include "layer_blocks.h"
 #include "llama.h"
+#include "../weights.h"
 
 namespace lll {
 
@@ -10,6 +11,6 @@ static void qwen2_hparams(const GGUFFile& f, HParams& hp) {
     hp.rope_style = RopeStyle::NeoX;
 }
 
-extern const ArchSpec kQwen2Arch = {"qwen2", qwen2_hparams, load_common_weights, llama_layer_forward};
+extern const ArchSpec kQwen2Arch = {"qwen2", qwen2_hparams, load_model_weights, llama_layer_forward};
 
 }  // namespace lll

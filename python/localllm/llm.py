@@ -16,6 +16,7 @@ from .chat import render_chat
 from .engine import Engine
 from .gguf import GGUFFile
 from .kv_blocks import BlockTable
+from .plan import DEFAULT_GPU_MARGIN, Plan, gpu_free_bytes, parse_n_gpu_layers, plan_layers
 from .sampling import SamplingParams
 from .tokenizer import Tokenizer
 
@@ -86,7 +87,8 @@ class LLM:
         model_path: path to a .gguf file, or a known model name (pulled on first use), or None
             for the default model.
         n_threads: CPU threads (default: all CPUs available to the process).
-        n_ctx: context length in tokens; the KV cache pool is sized for it.
+        n_ctx: context length in tokens; the KV cache pool is sized for it (default 4096, which
+            the auto-fit may shrink to fit layers on the GPU; a context given is never shrunk).
         seed: default sampling seed (None: a fresh random seed per call).
         n_batch: tokens evaluated per forward call (all running sequences together).
         max_running: most sequences generating at once (see `localllm.engine`).
@@ -95,36 +97,71 @@ class LLM:
         numerics: "fast" (default): this project's kernels, batch-invariant. "llama.cpp":
             llama.cpp's CPU rounding order op for op, to reproduce its logits bit for bit
             (slower prompts; see docs/fidelity.md for which weight types it covers).
+        n_gpu_layers: layers on the GPU, llama.cpp's -ngl: an int (the last N layers plus the
+            output head), "all", or "auto" (default: as many as fit in the GPU's free memory
+            less gpu_margin; 0 without a GPU). 0 runs on the CPU only. A count > 0 on a build
+            without a CUDA backend is an error.
+        gpu_margin: bytes of GPU memory auto leaves free (default 1 GiB).
     """
 
     def __init__(self, model_path: str | os.PathLike | None = None, n_threads: int | None = None,
-                 n_ctx: int = 4096, seed: int | None = None, n_batch: int = 512,
+                 n_ctx: int | None = None, seed: int | None = None, n_batch: int = 512,
                  kv_block_size: int = 16, max_running: int = 16, kv_blocks: int | None = None,
-                 numerics: str = "fast"):
+                 numerics: str = "fast", n_gpu_layers: int | str | None = None,
+                 gpu_margin: int = DEFAULT_GPU_MARGIN):
         t0 = time.perf_counter()
         if numerics not in NUMERICS:
             raise ValueError(f"numerics must be one of {', '.join(NUMERICS)}, got {numerics!r}")
         self.numerics = numerics
+        ctx_set = n_ctx is not None
+        n_ctx = 4096 if n_ctx is None else n_ctx
         if n_ctx < 1:
             raise ValueError(f"n_ctx must be >= 1, got {n_ctx}")
         if n_batch < 1:
             raise ValueError(f"n_batch must be >= 1, got {n_batch}")
         self.model_path = Path(hub.resolve_model(model_path))
         self.n_threads = n_threads or default_threads()
-        self.n_ctx = n_ctx
         self.n_batch = n_batch
         self.seed = seed
         if kv_blocks is not None and kv_blocks < 1:
             raise ValueError(f"kv_blocks must be >= 1, got {kv_blocks}")
-        n_blocks = (kv_blocks or -(-n_ctx // kv_block_size)) + 1          # + the null block
+        # The plan of the GPU placement (None on the CPU-only path).
+        self.plan: Plan | None = self._plan(parse_n_gpu_layers(n_gpu_layers), n_ctx, ctx_set,
+                                            kv_blocks, kv_block_size, gpu_margin)
+        self.n_gpu_layers = self.plan.n_gpu_layers if self.plan else 0
+        self.n_ctx = self.plan.n_ctx if self.plan else n_ctx
+        n_blocks = (self.plan.kv_blocks if self.plan else
+                    (kv_blocks or -(-n_ctx // kv_block_size)) + 1)          # + the null block
         self._model, self.tokenizer, self.chat_template = self._load_model_and_tokenizer(
             n_blocks, kv_block_size)
+        self._model.reserve(n_batch)          # the scratch the plan counted, allocated now
         self._engine = Engine(self._model, self.tokenizer, n_ctx, max_batch_tokens=n_batch,
                               max_running=max_running)
         self._pool = self._engine.pool
         self.hparams: dict = self._model.hparams
         self.n_vocab: int = self.hparams["n_vocab"]
         self.load_time = time.perf_counter() - t0
+
+    def _plan(self, ngl: int | str, n_ctx: int, ctx_set: bool, kv_blocks: int | None,
+              kv_block_size: int, gpu_margin: int) -> Plan | None:
+        """Layers on the GPU and the KV pool (localllm.plan), or None for the CPU-only path,
+        which neither reads the file again nor touches CUDA."""
+        pool = None if kv_blocks is None else kv_blocks + 1                # + the null block
+        gpu_free = gpu_free_bytes() if ngl != 0 else None
+        if gpu_free is None and ngl not in (0, "auto"):
+            why = ("this build of localllm has no CUDA backend" if not _core.backend_compiled("CUDA")
+                   else "no CUDA device is visible")
+            raise ValueError(f"n_gpu_layers={ngl!r} needs a GPU, but {why}; use n_gpu_layers=0 "
+                             f"(-ngl 0 or --device cpu)")
+        if gpu_free is None:
+            return None
+        footprint = _core.Footprint(str(self.model_path), self.numerics)
+        plan = plan_layers(footprint.bytes, footprint.n_layer, ngl, n_ctx=n_ctx,
+                           kv_block_size=kv_block_size, n_batch=self.n_batch, kv_blocks=pool,
+                           ctx_set=ctx_set, gpu_free=gpu_free, gpu_margin=gpu_margin)
+        if not plan.fits:
+            raise MemoryError(f"{self.model_path.name}: " + plan.notes[-1])
+        return plan
 
     def _load_model_and_tokenizer(self, n_blocks: int, kv_block_size: int
                                   ) -> tuple[_core.Model, Tokenizer, str | None]:
@@ -136,7 +173,7 @@ class LLM:
         def load_model() -> None:
             try:
                 loaded["model"] = _core.Model(str(self.model_path), self.n_threads, n_blocks,
-                                              kv_block_size, self.numerics)
+                                              kv_block_size, self.numerics, self.n_gpu_layers)
             except BaseException as e:  # re-raised on the caller's thread below
                 loaded["error"] = e
 

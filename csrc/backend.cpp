@@ -1,0 +1,71 @@
+// backend.cpp — what every backend shares (tracked allocation) and the one place a placement
+// becomes a backend.
+#include "backend.h"
+#include <new>
+#include <stdexcept>
+
+namespace lll {
+
+std::unique_ptr<Backend> make_cpu_backend(const BackendConfig& cfg);   // backend_cpu.cpp
+#if defined(LOCALLLM_CUDA_BACKEND)
+std::unique_ptr<Backend> make_cuda_backend(const BackendConfig& cfg);  // cuda/, when built
+#endif
+
+const char* mem_kind_name(MemKind k) {
+    switch (k) {
+        case MemKind::Weights: return "weights";
+        case MemKind::KV: return "KV cache";
+        case MemKind::Scratch: return "scratch";
+    }
+    return "?";
+}
+
+namespace {
+// A backend's buffer that gives its bytes back to the backend's count when released.
+class TrackedBuffer : public Buffer {
+public:
+    TrackedBuffer(std::unique_ptr<Buffer> inner, std::shared_ptr<size_t[]> counts, MemKind kind, size_t bytes)
+        : inner_(std::move(inner)), counts_(std::move(counts)), kind_(kind) {
+        data_ = inner_->data();
+        bytes_ = bytes;
+        counts_[(int)kind_] += bytes_;
+    }
+    ~TrackedBuffer() override { counts_[(int)kind_] -= bytes_; }
+private:
+    std::unique_ptr<Buffer> inner_;
+    std::shared_ptr<size_t[]> counts_;
+    MemKind kind_;
+};
+}  // namespace
+
+std::unique_ptr<Buffer> Backend::alloc(size_t bytes, MemKind kind, const std::string& what) {
+    std::unique_ptr<Buffer> raw;
+    try {
+        raw = alloc_raw(bytes, kind);
+    } catch (const std::bad_alloc&) {
+        raw.reset();
+    }
+    if (!raw)
+        throw std::runtime_error(std::string(name()) + " out of memory: " + what + " (" + mem_kind_name(kind) +
+                                 ") needs " + std::to_string(bytes) + " bytes");
+    return std::make_unique<TrackedBuffer>(std::move(raw), allocated_, kind, bytes);
+}
+
+bool backend_compiled(Placement p) {
+#if defined(LOCALLLM_CUDA_BACKEND)
+    return true;
+#else
+    return p == Placement::CPU;
+#endif
+}
+
+std::unique_ptr<Backend> make_backend(Placement p, const BackendConfig& cfg) {
+    if (p == Placement::CPU) return make_cpu_backend(cfg);
+#if defined(LOCALLLM_CUDA_BACKEND)
+    return make_cuda_backend(cfg);
+#else
+    throw std::invalid_argument("this build of localllm has no CUDA backend: run with -ngl 0 (--device cpu)");
+#endif
+}
+
+}  // namespace lll

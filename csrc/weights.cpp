@@ -1,0 +1,147 @@
+// weights.cpp — see weights.h.
+#include "weights.h"
+#include <stdexcept>
+#include "quants.h"
+
+namespace lll {
+
+const std::vector<LayerWeightSpec>& layer_weight_specs() {
+    using K = WeightKind;
+    static const std::vector<LayerWeightSpec> specs = {
+        {"attn_norm.weight", &LayerWeights::attn_norm, K::Vector, Dim::Embd, Dim::One, true},
+        {"attn_q.weight", &LayerWeights::wq, K::Matrix, Dim::Embd, Dim::QWidth, true},
+        {"attn_k.weight", &LayerWeights::wk, K::Matrix, Dim::Embd, Dim::KVWidth, true},
+        {"attn_v.weight", &LayerWeights::wv, K::Matrix, Dim::Embd, Dim::KVWidth, true},
+        {"attn_q.bias", &LayerWeights::bq, K::Vector, Dim::QWidth, Dim::One, false},
+        {"attn_k.bias", &LayerWeights::bk, K::Vector, Dim::KVWidth, Dim::One, false},
+        {"attn_v.bias", &LayerWeights::bv, K::Vector, Dim::KVWidth, Dim::One, false},
+        {"attn_q_norm.weight", &LayerWeights::q_norm, K::Vector, Dim::HeadDim, Dim::One, false},
+        {"attn_k_norm.weight", &LayerWeights::k_norm, K::Vector, Dim::HeadDim, Dim::One, false},
+        {"attn_output.weight", &LayerWeights::wo, K::Matrix, Dim::QWidth, Dim::Embd, true},
+        {"post_attention_norm.weight", &LayerWeights::attn_post_norm, K::Vector, Dim::Embd, Dim::One, false},
+        {"ffn_norm.weight", &LayerWeights::ffn_norm, K::Vector, Dim::Embd, Dim::One, true},
+        {"ffn_gate.weight", &LayerWeights::w_gate, K::Matrix, Dim::Embd, Dim::FF, true},
+        {"ffn_up.weight", &LayerWeights::w_up, K::Matrix, Dim::Embd, Dim::FF, true},
+        {"ffn_down.weight", &LayerWeights::w_down, K::Matrix, Dim::FF, Dim::Embd, true},
+        {"post_ffw_norm.weight", &LayerWeights::ffn_post_norm, K::Vector, Dim::Embd, Dim::One, false},
+    };
+    return specs;
+}
+
+int64_t dim_value(const HParams& hp, Dim d) {
+    switch (d) {
+        case Dim::One: return 1;
+        case Dim::Embd: return hp.n_embd;
+        case Dim::QWidth: return (int64_t)hp.n_head * hp.head_dim;
+        case Dim::KVWidth: return (int64_t)hp.n_head_kv * hp.head_dim;
+        case Dim::FF: return hp.n_ff;
+        case Dim::HeadDim: return hp.head_dim;
+    }
+    throw std::logic_error("dim_value: unknown dimension");
+}
+
+static std::string shape_string(const int64_t* ne, int n_dims) {
+    std::string s = "[";
+    for (int i = 0; i < n_dims; ++i) s += (i ? ", " : "") + std::to_string(ne[i]);
+    return s + "]";
+}
+
+WeightRef load_weight(const GGUFFile& f, const std::string& name, WeightKind kind, int64_t ne0, int64_t ne1,
+                      bool required) {
+    const GGUFTensor* t = f.tensor(name);
+    if (!t) {
+        if (required) throw std::invalid_argument("model file lacks tensor '" + name + "'");
+        return WeightRef{};
+    }
+    const TypeTraits* tt = type_traits(t->type);
+    const bool vector = kind == WeightKind::Vector;
+    const int want_dims = vector ? 1 : 2;
+    const int64_t want[2] = {ne0, ne1};
+    if (t->n_dims != want_dims || t->ne[0] != ne0 || (!vector && t->ne[1] != ne1))
+        throw std::invalid_argument("tensor '" + name + "' has shape " + shape_string(t->ne, t->n_dims) +
+                                    ", expected " + shape_string(want, want_dims) +
+                                    (vector ? " (a 1-D vector)" : " (a 2-D matrix)"));
+    if (!tt) throw std::invalid_argument("tensor '" + name + "' has an unknown type");
+    if (vector && t->type != GGMLType::F32)
+        throw std::invalid_argument("vector tensor '" + name + "' must be F32, is " + tt->name);
+    if (ne0 % tt->block_elems != 0)
+        throw std::invalid_argument("tensor '" + name + "' has rows of " + std::to_string(ne0) +
+                                    " elements, not a multiple of the " + tt->name + " block size " +
+                                    std::to_string(tt->block_elems));
+    if (!vector && !vec_dot_fn(t->type, Isa::Scalar))
+        throw std::invalid_argument("matrix tensor '" + name + "' has type " + tt->name +
+                                    ", which has no matmul kernel");
+    WeightRef w;
+    w.name = name;
+    w.type = t->type;
+    w.data = t->data;
+    w.ne0 = ne0;
+    w.ne1 = vector ? 1 : ne1;
+    w.row_bytes = (size_t)(ne0 / tt->block_elems) * tt->block_bytes;
+    return w;
+}
+
+// blk.N.* tensors with N >= block_count: the metadata disagrees with the tensors.
+static void check_layer_count(const GGUFFile& f, int n_layer) {
+    for (const GGUFTensor& t : f.tensors()) {
+        if (t.name.compare(0, 4, "blk.") != 0) continue;
+        const size_t dot = t.name.find('.', 4);
+        const std::string num = t.name.substr(4, dot == std::string::npos ? std::string::npos : dot - 4);
+        if (num.empty() || num.size() > 9 || num.find_first_not_of("0123456789") != std::string::npos) continue;
+        if (std::stol(num) >= n_layer)
+            throw std::invalid_argument("tensor '" + t.name + "' belongs to layer " + num +
+                                        ", but the metadata's block_count is " + std::to_string(n_layer));
+    }
+}
+
+void load_model_weights(const GGUFFile& f, const HParams& hp, ModelWeights& w) {
+    check_layer_count(f, hp.n_layer);
+    const int64_t D = hp.n_embd;
+    w.tok_embd = load_weight(f, "token_embd.weight", WeightKind::Matrix, D, hp.n_vocab, true);
+    w.output_norm = load_weight(f, "output_norm.weight", WeightKind::Vector, D, 1, true);
+    w.output = load_weight(f, "output.weight", WeightKind::Matrix, D, hp.n_vocab, false);
+    if (!w.output.present()) w.output = w.tok_embd;   // tied embeddings
+    w.layers.assign(hp.n_layer, LayerWeights{});
+    for (int il = 0; il < hp.n_layer; ++il) {
+        const std::string prefix = "blk." + std::to_string(il) + ".";
+        for (const LayerWeightSpec& s : layer_weight_specs())
+            w.layers[il].*s.member = load_weight(f, prefix + s.suffix, s.kind, dim_value(hp, s.ne0),
+                                                 dim_value(hp, s.ne1), s.required);
+    }
+}
+
+static std::vector<WeightRef*> of_kind(LayerWeights& L, WeightKind kind) {
+    std::vector<WeightRef*> out;
+    for (const LayerWeightSpec& s : layer_weight_specs())
+        if (s.kind == kind) out.push_back(&(L.*s.member));
+    return out;
+}
+
+std::vector<WeightRef*> layer_matrices(LayerWeights& L) { return of_kind(L, WeightKind::Matrix); }
+std::vector<WeightRef*> layer_vectors(LayerWeights& L) { return of_kind(L, WeightKind::Vector); }
+
+LayerPlacement place_layers(int n_layer, int n_gpu_layers) {
+    if (n_gpu_layers < 0 || n_gpu_layers > n_layer)
+        throw std::invalid_argument("n_gpu_layers = " + std::to_string(n_gpu_layers) + " is out of range [0, " +
+                                    std::to_string(n_layer) + "]");
+    LayerPlacement lp;
+    for (int il = 0; il < n_layer; ++il)
+        lp.layers.push_back(il >= n_layer - n_gpu_layers ? Placement::CUDA : Placement::CPU);
+    lp.output = n_gpu_layers > 0 ? Placement::CUDA : Placement::CPU;
+    return lp;
+}
+
+PlacedWeights weights_on(ModelWeights& w, const LayerPlacement& lp, Placement p) {
+    PlacedWeights pw;
+    if (lp.output == p) pw.vectors.push_back(&w.output_norm);
+    for (size_t il = 0; il < lp.layers.size(); ++il) {
+        if (lp.layers[il] != p) continue;
+        ++pw.n_layers;
+        for (WeightRef* m : layer_matrices(w.layers[il])) pw.matrices.push_back(m);
+        for (WeightRef* v : layer_vectors(w.layers[il])) pw.vectors.push_back(v);
+    }
+    if (lp.output == p) pw.matrices.push_back(&w.output);
+    return pw;
+}
+
+}  // namespace lll
