@@ -250,6 +250,34 @@ py::array_t<float> attention_py(const F32Array& q, const F32Array& k, const F32A
     return download<float>(out, {Tq, n_head, hd});
 }
 
+// Mean device time (ms, CUDA events) of one llc_matmul over `iters` launches after 3 warm-ups.
+double matmul_ms_py(const U8Array& w, uint32_t type, int64_t N, int64_t K, const F32Array& x, const std::string& path, int iters) {
+    weight_bytes(type, N, K, w, "matmul_ms");
+    if (x.ndim() != 2 || x.shape(1) != K || iters < 1) throw std::invalid_argument("matmul_ms: x must be [M, K], iters >= 1");
+    const llc_matmul_path p = path == "decode" ? LLC_MATMUL_DECODE : path == "prompt" ? LLC_MATMUL_PROMPT : LLC_MATMUL_AUTO;
+    require_device();
+    const int64_t M = x.shape(0);
+    const size_t scratch_bytes = llc_matmul_scratch_bytes(type, K, M, p);
+    DeviceBuffer dw = upload(w, "weight"), dx = upload(x, "activations"), y(M * N * sizeof(float), "matmul output");
+    DeviceBuffer scratch(scratch_bytes, "matmul scratch");
+    auto once = [&] {
+        check(llc_matmul(type, dw.as<void>(), N, K, dx.as<float>(), M, y.as<float>(), scratch.as<void>(), scratch_bytes, p, nullptr));
+    };
+    for (int i = 0; i < 3; ++i) once();
+    llc_event start, end;
+    check(llc_event_create(&start));
+    check(llc_event_create(&end));
+    check(llc_event_record(start, nullptr));
+    for (int i = 0; i < iters; ++i) once();
+    check(llc_event_record(end, nullptr));
+    check(llc_event_sync(end));
+    float ms = 0.0f;
+    check(llc_event_elapsed_ms(&ms, start, end));
+    llc_event_destroy(start);
+    llc_event_destroy(end);
+    return ms / iters;
+}
+
 }  // namespace
 
 void register_cuda(py::module_& m) {
@@ -275,6 +303,8 @@ void register_cuda(py::module_& m) {
           "Rows ids of a [n_rows, k] weight, dequantized on the GPU (the embedding lookup).");
     m.def("cuda_matmul", &matmul_py, py::arg("w"), py::arg("wtype"), py::arg("N"), py::arg("K"), py::arg("x"),
           py::arg("path") = "auto", "Y[M, N] = X[M, K] . W[N, K]^T on the GPU; path auto, decode (int8 dots) or prompt (tensor cores).");
+    m.def("cuda_matmul_ms", &matmul_ms_py, py::arg("w"), py::arg("wtype"), py::arg("N"), py::arg("K"), py::arg("x"),
+          py::arg("path") = "auto", py::arg("iters") = 20, "Mean device time (ms) of cuda_matmul's kernels (benchmarks/cuda_matmul.py).");
     m.def("cuda_rms_norm", &rms_norm_py, py::arg("x"), py::arg("w"), py::arg("eps"), "RMSNorm of each row of x[rows, n].");
     m.def("cuda_rope", &rope_py, py::arg("x"), py::arg("positions"), py::arg("rope_dims"), py::arg("base"),
           py::arg("style") = "normal", "RoPE of x[T, n_heads, head_dim] on the GPU (table built there).");
