@@ -278,6 +278,22 @@ double matmul_ms_py(const U8Array& w, uint32_t type, int64_t N, int64_t K, const
     return ms / iters;
 }
 
+// The decode path's arithmetic and the dequantization of cuda/quant_formats.cuh, run on the host.
+py::array_t<float> host_decode_matmul_py(const U8Array& w, uint32_t type, int64_t N, int64_t K, const F32Array& x) {
+    weight_bytes(type, N, K, w, "host_decode_matmul");
+    if (x.ndim() != 2 || x.shape(1) != K) throw std::invalid_argument("host_decode_matmul: x must be [M, K]");
+    py::array_t<float> y({(py::ssize_t)x.shape(0), (py::ssize_t)N});
+    check(llc_host_decode_matmul(type, w.data(), N, K, x.data(), x.shape(0), y.mutable_data()));
+    return y;
+}
+
+py::array_t<float> host_dequantize_py(const U8Array& data, uint32_t type, int64_t n) {
+    weight_bytes(type, 1, n, data, "host_dequantize");
+    py::array_t<float> y(n);
+    check(llc_host_dequantize(type, data.data(), y.mutable_data(), n));
+    return y;
+}
+
 }  // namespace
 
 void register_cuda(py::module_& m) {
@@ -305,6 +321,10 @@ void register_cuda(py::module_& m) {
           py::arg("path") = "auto", "Y[M, N] = X[M, K] . W[N, K]^T on the GPU; path auto, decode (int8 dots) or prompt (tensor cores).");
     m.def("cuda_matmul_ms", &matmul_ms_py, py::arg("w"), py::arg("wtype"), py::arg("N"), py::arg("K"), py::arg("x"),
           py::arg("path") = "auto", py::arg("iters") = 20, "Mean device time (ms) of cuda_matmul's kernels (benchmarks/cuda_matmul.py).");
+    m.def("cuda_host_decode_matmul", &host_decode_matmul_py, py::arg("w"), py::arg("wtype"), py::arg("N"), py::arg("K"),
+          py::arg("x"), "The CUDA decode path's arithmetic (q8_1 activations, int8 group dots) run on the host.");
+    m.def("cuda_host_dequantize", &host_dequantize_py, py::arg("data"), py::arg("type"), py::arg("n"),
+          "The CUDA dequantization code run on the host.");
     m.def("cuda_rms_norm", &rms_norm_py, py::arg("x"), py::arg("w"), py::arg("eps"), "RMSNorm of each row of x[rows, n].");
     m.def("cuda_rope", &rope_py, py::arg("x"), py::arg("positions"), py::arg("rope_dims"), py::arg("base"),
           py::arg("style") = "normal", "RoPE of x[T, n_heads, head_dim] on the GPU (table built there).");

@@ -132,6 +132,12 @@ llc_status llc_kv_copy_block(llc_kv_layer kv, int64_t src, int64_t dst, llc_stre
 llc_status llc_attention(llc_kv_layer kv, const float* q, float* out, const llc_batch* b, int n_head,
                          int n_head_kv, int head_dim, float scale, int window, llc_stream s);
 
+// ---- host twins (host_check.cu): the device code of the decode path and of dequantization run
+// on the CPU, so that machines with no GPU check its arithmetic (tests/cuda_host_check.py) ----
+llc_status llc_host_decode_matmul(uint32_t type, const void* w, int64_t N, int64_t K, const float* x, int64_t M,
+                                  float* y);
+llc_status llc_host_dequantize(uint32_t type, const void* src, float* y, int64_t n);
+
 #ifdef __cplusplus
 }  // extern "C"
 

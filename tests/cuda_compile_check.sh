@@ -3,7 +3,8 @@
 # compiler, runtime and headers published on PyPI (nvidia-cuda-nvcc, -runtime, -cccl; nvcc lands
 # in nvidia/cu13/bin) into build/cuda-wheels, builds _core with LOCALLLM_CUDA=ON for sm_90 into
 # its own build dir, then checks that this CUDA build imports and runs its CPU path here (the
-# static CUDA runtime finds no driver: 0 devices, and a GPU op is a clear error).
+# static CUDA runtime finds no driver: 0 devices, and a GPU op is a clear error), and runs the
+# kernels' per-type code on the host against the CPU reference (tests/cuda_host_check.py).
 # Exit status 3: the wheels could not be installed (no registry): nothing was checked.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,4 +37,6 @@ if n == 0:
         raise AssertionError("a GPU op without a GPU did not raise")
 print(f"CUDA build imports; {n} CUDA device(s)")
 PY
+# the kernels' per-type arithmetic, run on the host by this build, against the CPU reference
+PYTHONPATH="$BUILD" python3 tests/cuda_host_check.py
 echo "cuda compile check passed in $(( $(date +%s) - start )) s"

@@ -5,57 +5,22 @@ import numpy as np
 import pytest
 
 from localllm import _core, hub
-from localllm.quants import dequantize, quantize, row_bytes
+from localllm.quants import dequantize, row_bytes
+
+import cuda_blocks
+from cuda_blocks import CUDA_TYPES, MATMUL_TYPES, NMSE_MAX, nmse
 
 pytestmark = pytest.mark.skipif(
     _core.cuda_device_count() == 0,
     reason="no CUDA device on this machine (or _core built without CUDA): tests/gpu_check.sh runs these on a GPU")
 
-NMSE_MAX = 5e-4
-
-# type id -> byte offsets of the f16 scale fields inside a block (kept finite in random blocks).
-CUDA_TYPES = {
-    1: None,               # F16: every element is a field; finite values drawn directly
-    2: (0,),               # Q4_0: d
-    3: (0, 2),             # Q4_1: d, m
-    6: (0,),               # Q5_0: d
-    7: (0, 2),             # Q5_1: d, m
-    8: (0,),               # Q8_0: d
-    12: (0, 2),            # Q4_K: d, dmin
-    13: (0, 2),            # Q5_K: d, dmin
-    14: (208,),            # Q6_K: d (after ql, qh, scales)
-    30: None,              # BF16
-}
-MATMUL_TYPES = [0, 1, 30, 2, 3, 6, 7, 8, 12, 13, 14]   # F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K
-
-
-def nmse(got, ref) -> float:
-    got, ref = np.asarray(got, np.float64), np.asarray(ref, np.float64)
-    return float(np.sum((got - ref) ** 2) / max(np.sum(ref ** 2), 1e-30))
-
 
 def random_blocks(type_id: int, n: int, rng) -> np.ndarray:
-    """Random bytes of n elements of the type, with finite scale fields (every bit pattern of
-    the quants, scales and high bits is exercised)."""
-    if type_id == 1:
-        return rng.standard_normal(n).astype(np.float16).view(np.uint8)
-    if type_id == 30:
-        return (rng.standard_normal(n).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16).view(np.uint8)
-    nbytes = row_bytes(type_id, n)
-    raw = rng.integers(0, 256, size=nbytes, dtype=np.uint8)
-    block_bytes = row_bytes(type_id, 256 if type_id >= 10 else 32)
-    blocks = raw.reshape(-1, block_bytes)
-    for off in CUDA_TYPES[type_id]:
-        scales = (rng.uniform(-0.05, 0.05, size=len(blocks))).astype(np.float16)
-        blocks[:, off:off + 2] = scales.view(np.uint8).reshape(-1, 2)
-    return raw
+    return cuda_blocks.random_blocks(_core, type_id, n, rng)
 
 
 def weight_bytes(type_id: int, w: np.ndarray) -> np.ndarray:
-    """GGUF rows of a float matrix in the given type (raw bytes)."""
-    if type_id == 0:
-        return np.ascontiguousarray(w, np.float32).view(np.uint8).reshape(-1)
-    return np.ascontiguousarray(quantize(w, type_id)).view(np.uint8).reshape(-1)
+    return cuda_blocks.weight_bytes(_core, type_id, w)
 
 
 # ---- dequantization and embedding rows: exact ----
