@@ -294,6 +294,50 @@ py::array_t<float> host_dequantize_py(const U8Array& data, uint32_t type, int64_
     return y;
 }
 
+// A decode-step-like sequence (RMSNorm, then the matmul's decode path) run directly on a stream,
+// then captured into a CUDA graph and replayed for each x of xs (uploaded before each replay):
+// returns (direct results, graph results), both [len(xs), M, N].
+py::tuple graph_test_py(const F32Array& xs, const F32Array& norm_w, const U8Array& w, uint32_t type, int64_t N) {
+    if (xs.ndim() != 3 || norm_w.ndim() != 1 || norm_w.shape(0) != xs.shape(2))
+        throw std::invalid_argument("graph_test: xs [n, M, K], norm_w [K]");
+    const int64_t n = xs.shape(0), M = xs.shape(1), K = xs.shape(2);
+    weight_bytes(type, N, K, w, "graph_test");
+    require_device();
+    llc_stream s = nullptr;
+    check(llc_stream_create(&s));
+    const size_t x_bytes = M * K * sizeof(float), y_bytes = M * N * sizeof(float);
+    const size_t scratch_bytes = llc_matmul_scratch_bytes(type, K, M, LLC_MATMUL_AUTO);
+    DeviceBuffer dw = upload(w, "weight"), dn = upload(norm_w, "norm weight"), dx(x_bytes, "x"), dxn(x_bytes, "normed x");
+    DeviceBuffer dy(y_bytes, "y"), scratch(scratch_bytes, "matmul scratch");
+    check(llc_stream_sync(nullptr));   // s does not wait for the default stream's uploads
+    auto step = [&] {
+        check(llc_rms_norm(dx.as<float>(), dn.as<float>(), dxn.as<float>(), M, K, 1e-6f, s));
+        check(llc_matmul(type, dw.as<void>(), N, K, dxn.as<float>(), M, dy.as<float>(), scratch.as<void>(), scratch_bytes,
+                         LLC_MATMUL_AUTO, s));
+    };
+    py::array_t<float> direct({n, M, N}), replayed({n, M, N});
+    for (int64_t i = 0; i < n; ++i) {
+        check(llc_memcpy_h2d(dx.as<void>(), xs.data() + i * M * K, x_bytes, s));
+        step();
+        check(llc_memcpy_d2h(direct.mutable_data() + i * M * N, dy.as<void>(), y_bytes, s));
+        check(llc_stream_sync(s));
+    }
+    llc_graph g = nullptr;
+    check(llc_capture_begin(s));
+    step();
+    check(llc_capture_end(s, &g));
+    for (int64_t i = 0; i < n; ++i) {
+        check(llc_memset(dy.as<void>(), 0, y_bytes, s));
+        check(llc_memcpy_h2d(dx.as<void>(), xs.data() + i * M * K, x_bytes, s));
+        check(llc_graph_launch(g, s));
+        check(llc_memcpy_d2h(replayed.mutable_data() + i * M * N, dy.as<void>(), y_bytes, s));
+        check(llc_stream_sync(s));
+    }
+    check(llc_graph_destroy(g));
+    check(llc_stream_destroy(s));
+    return py::make_tuple(direct, replayed);
+}
+
 }  // namespace
 
 void register_cuda(py::module_& m) {
@@ -325,6 +369,8 @@ void register_cuda(py::module_& m) {
           py::arg("x"), "The CUDA decode path's arithmetic (q8_1 activations, int8 group dots) run on the host.");
     m.def("cuda_host_dequantize", &host_dequantize_py, py::arg("data"), py::arg("type"), py::arg("n"),
           "The CUDA dequantization code run on the host.");
+    m.def("cuda_graph_test", &graph_test_py, py::arg("xs"), py::arg("norm_w"), py::arg("w"), py::arg("wtype"), py::arg("N"),
+          "RMSNorm + matmul run directly, then captured in a CUDA graph and replayed per x: (direct, replayed).");
     m.def("cuda_rms_norm", &rms_norm_py, py::arg("x"), py::arg("w"), py::arg("eps"), "RMSNorm of each row of x[rows, n].");
     m.def("cuda_rope", &rope_py, py::arg("x"), py::arg("positions"), py::arg("rope_dims"), py::arg("base"),
           py::arg("style") = "normal", "RoPE of x[T, n_heads, head_dim] on the GPU (table built there).");

@@ -31,6 +31,7 @@ typedef enum {
 
 typedef struct CUstream_st* llc_stream;   // the same type as cudaStream_t
 typedef struct CUevent_st* llc_event;     // the same type as cudaEvent_t
+typedef struct CUgraphExec_st* llc_graph; // the same type as cudaGraphExec_t
 
 const char* llc_last_error(void);         // message of this thread's last failure ("" when none)
 
@@ -55,6 +56,13 @@ llc_status llc_event_record(llc_event e, llc_stream s);
 llc_status llc_stream_wait_event(llc_stream s, llc_event e);
 llc_status llc_event_sync(llc_event e);
 llc_status llc_event_elapsed_ms(float* ms, llc_event start, llc_event end);
+// CUDA graphs for decode steps (small models are launch-bound): between capture_begin and
+// capture_end the operations queued on stream s (not the default stream) are recorded, not run;
+// the graph then replays them, reading whatever the same device buffers hold at launch time.
+llc_status llc_capture_begin(llc_stream s);
+llc_status llc_capture_end(llc_stream s, llc_graph* g);
+llc_status llc_graph_launch(llc_graph g, llc_stream s);
+llc_status llc_graph_destroy(llc_graph g);
 
 // ---- weights (dequant.cu, matmul.cu); type = GGUF type id ----
 int llc_matmul_supports(uint32_t type);   // F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K

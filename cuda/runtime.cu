@@ -109,4 +109,21 @@ llc_status llc_event_elapsed_ms(float* ms, llc_event start, llc_event end) {
     return from_cuda(cudaEventElapsedTime(ms, start, end), "cudaEventElapsedTime");
 }
 
+llc_status llc_capture_begin(llc_stream s) {
+    LLC_REQUIRE(s, "capture_begin: the default stream cannot be captured");
+    return from_cuda(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+}
+
+llc_status llc_capture_end(llc_stream s, llc_graph* g) {
+    LLC_REQUIRE(g, "capture_end: no graph to fill");
+    cudaGraph_t graph = nullptr;
+    if (llc_status st = from_cuda(cudaStreamEndCapture(s, &graph), "cudaStreamEndCapture")) return st;
+    const llc_status st = from_cuda(cudaGraphInstantiate(g, graph, 0), "cudaGraphInstantiate");
+    cudaGraphDestroy(graph);
+    return st;
+}
+
+llc_status llc_graph_launch(llc_graph g, llc_stream s) { return from_cuda(cudaGraphLaunch(g, s), "cudaGraphLaunch"); }
+llc_status llc_graph_destroy(llc_graph g) { return from_cuda(cudaGraphExecDestroy(g), "cudaGraphExecDestroy"); }
+
 }  // extern "C"
