@@ -32,7 +32,8 @@ section build with CUDA for sm_90
 cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOCALLLM_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
   -DLOCALLLM_INPLACE=ON -Dpybind11_DIR="$(python3 -m pybind11 --cmakedir)" > "$OUT/cmake.log" 2>&1 \
   || { tail -n 20 "$OUT/cmake.log"; exit 1; }
-timeout 300 ninja -C build/gpu > "$OUT/build.log" 2>&1 || { grep -E -A5 "error|FAILED" "$OUT/build.log" | head -n 60; exit 1; }
+timeout 300 ninja -C build/gpu > "$OUT/build.log" 2>&1 \
+  || { echo "build failed or passed 300 s:"; grep -E -A5 "error|FAILED" "$OUT/build.log" | head -n 60; tail -n 5 "$OUT/build.log"; exit 1; }
 grep -i warning "$OUT/build.log" && echo "(build warnings above)"
 python3 -c "from localllm import _core; print(_core.cuda_device_count(), 'device(s):', _core.cuda_device_name(0))" || exit 1
 
