@@ -1,6 +1,7 @@
 """The CUDA sources compile for sm_90 with the CUDA compiler wheels from PyPI, on a machine with
-no GPU, and the resulting _core imports and runs its CPU path there (tests/cuda_compile_check.sh)."""
-import shutil
+no GPU, and the resulting _core imports and runs its CPU path there (tests/cuda_compile_check.sh).
+CMake, Ninja and pybind11 come with the test extra; skipped only where the wheels cannot be
+installed (no package registry)."""
 import subprocess
 from pathlib import Path
 
@@ -9,8 +10,6 @@ import pytest
 SCRIPT = Path(__file__).resolve().parent / "cuda_compile_check.sh"
 
 
-@pytest.mark.skipif(shutil.which("ninja") is None and shutil.which("ninja-build") is None,
-                    reason="ninja is not installed")
 def test_cuda_sources_compile_with_the_registry_nvcc():
     r = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, timeout=3600)
     tail = (r.stdout + r.stderr)[-4000:]
