@@ -1,0 +1,75 @@
+"""Engine outputs for asyncio consumers.
+
+The engine's step loop runs on its own thread (`Engine.start`); each request submitted here has
+a sink that hands its outputs to the consumer's event loop (`call_soon_threadsafe`), so a
+coroutine awaits them without ever taking the engine's lock or waiting for a step.
+
+    async with RequestGroup(engine) as group:
+        group.submit(llm.make_request("Once upon a time", n=2, max_tokens=16))
+        async for index, out in group:      # (choice index, RequestOutput), as produced
+            ...
+
+Leaving the `async with` block (done, an exception, or the task cancelled because the client
+went away) aborts every request of the group that has not finished; the engine frees their
+blocks at its next step.
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import AsyncIterator, Optional
+
+from .engine import Engine, RequestOutput
+from .requests import EngineRequest
+
+__all__ = ["RequestGroup"]
+
+
+class RequestGroup:
+    """The outputs of several engine requests (a request's `n` choices, several prompts)
+    merged into one asyncio stream of (index, RequestOutput); index counts the group's
+    requests in submission order."""
+
+    def __init__(self, engine: Engine, loop: Optional[asyncio.AbstractEventLoop] = None):
+        self.engine = engine
+        self.loop = loop or asyncio.get_running_loop()
+        self._queue: asyncio.Queue = asyncio.Queue()
+        self.request_ids: list[int] = []
+        self._open = 0
+
+    def submit(self, request: EngineRequest) -> list[int]:
+        """Queue the request's n choices (they share the prompt's KV blocks); returns their
+        group indices. Raises ValueError (as Engine.submit) for a request that cannot fit."""
+        first = len(self.request_ids)
+        indices = list(range(first, first + request.n))
+        ids = self.engine.submit_group(request.prompt_ids, [request.choice_params(i) for i in range(request.n)],
+                                       sinks=[self._sink(i) for i in indices])
+        self.request_ids += ids
+        self._open += len(ids)
+        self.engine.start()
+        return indices
+
+    def _sink(self, index: int):
+        call, put = self.loop.call_soon_threadsafe, self._queue.put_nowait
+
+        def sink(out: RequestOutput) -> None:       # runs on the engine's thread
+            call(put, (index, out))
+        return sink
+
+    async def __aiter__(self) -> AsyncIterator[tuple[int, RequestOutput]]:
+        while self._open:
+            index, out = await self._queue.get()
+            if out.finished:
+                self._open -= 1
+            yield index, out
+
+    def abort(self) -> None:
+        """Abort the group's unfinished requests without waiting for the engine's step."""
+        if self._open:
+            for rid in self.request_ids:
+                self.engine.abort(rid, wait=False)
+
+    async def __aenter__(self) -> "RequestGroup":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self.abort()
