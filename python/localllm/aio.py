@@ -62,6 +62,11 @@ class RequestGroup:
                 self._open -= 1
             yield index, out
 
+    @property
+    def unfinished(self) -> int:
+        """Requests of the group whose last output has not been taken yet."""
+        return self._open
+
     def abort(self) -> None:
         """Abort the group's unfinished requests without waiting for the engine's step."""
         if self._open:
