@@ -62,10 +62,10 @@ class LiveServer:
                 self.proc.wait()
 
     def metrics(self) -> dict[str, float]:
-        """The /metrics samples without labels (name -> value)."""
+        """The /metrics samples (name or name{labels} -> value)."""
         out = {}
         for line in httpx.get(f"{self.url}/metrics", timeout=10).text.splitlines():
-            if line and not line.startswith("#") and "{" not in line:
+            if line and not line.startswith("#"):
                 name, value = line.rsplit(" ", 1)
                 out[name] = float(value)
         return out
