@@ -2,7 +2,8 @@
 
 The engine's step loop runs on its own thread (`Engine.start`); each request submitted here has
 a sink that hands its outputs to the consumer's event loop (one `call_soon_threadsafe`
-wake-up per burst of outputs), so a coroutine awaits them without ever taking the engine's lock or waiting for a step.
+wake-up per burst of outputs), so a coroutine awaits them without ever taking the engine's
+lock or waiting for a step.
 
     async with RequestGroup(engine) as group:
         group.submit(llm.make_request("Once upon a time", n=2, max_tokens=16))
