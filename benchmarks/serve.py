@@ -171,32 +171,33 @@ def machine() -> dict:
 
 
 def plot(runs: list[dict], path: str) -> None:
-    """Output tokens/s against p50 TPOT and p50 TTFT, one line per (server, model), points
-    labelled with their concurrency (or rate)."""
+    """One row per model: output tokens/s against p50 TPOT and p50 TTFT, one line per server,
+    points labelled with their concurrency (or rate)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
-    series: dict[tuple, list[dict]] = {}
-    for r in runs:
-        series.setdefault((r["server"], r["model"]), []).append(r)
-    for (server, model), rs in sorted(series.items()):
-        for ax, metric in zip(axes, ("tpot", "ttft")):
-            xs = [r["output_tok_s"] for r in rs]
-            ys = [r[metric].get("p50_ms", float("nan")) for r in rs]
-            ax.plot(xs, ys, marker="o", label=f"{server} / {model}")
-            for r, x, y in zip(rs, xs, ys):
-                ax.annotate(str(r.get("concurrency") or f"{r.get('rate')}/s"), (x, y), fontsize=7,
-                            textcoords="offset points", xytext=(3, 3))
-    for ax, metric in zip(axes, ("TPOT", "TTFT")):
-        ax.set_xlabel("output tokens/s")
-        ax.set_ylabel(f"p50 {metric} (ms)")
-        ax.set_yscale("log")
-        ax.grid(True, alpha=0.3)
-    axes[0].legend(fontsize=7)
+    models = sorted({r["model"] for r in runs})
+    fig, axes = plt.subplots(len(models), 2, figsize=(12, 4 * len(models)), squeeze=False)
+    for row, model in zip(axes, models):
+        for server in sorted({r["server"] for r in runs if r["model"] == model}):
+            rs = [r for r in runs if r["model"] == model and r["server"] == server]
+            for ax, metric in zip(row, ("tpot", "ttft")):
+                xs = [r["output_tok_s"] for r in rs]
+                ys = [r[metric].get("p50_ms", float("nan")) for r in rs]
+                ax.plot(xs, ys, marker="o", label=server)
+                for r, x, y in zip(rs, xs, ys):
+                    ax.annotate(str(r.get("concurrency") or f"{r.get('rate')}/s"), (x, y), fontsize=7,
+                                textcoords="offset points", xytext=(3, 3))
+        for ax, metric in zip(row, ("TPOT", "TTFT")):
+            ax.set_title(f"{model}: p50 {metric}", fontsize=9)
+            ax.set_xlabel("output tokens/s")
+            ax.set_ylabel(f"p50 {metric} (ms)")
+            ax.set_yscale("log")
+            ax.grid(True, alpha=0.3)
+        row[0].legend(fontsize=8)
     fig.suptitle("Serving: throughput against latency (points: concurrent clients)")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=110)
 
 
 def bench(url: str, model: Optional[str], levels: list[int], rate: Optional[float], n_prompts: Optional[int],
