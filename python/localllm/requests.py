@@ -93,12 +93,15 @@ class RequestBuilder:
         return render_chat(messages, self.chat_template, bos_token=tok.bos_token or "",
                            eos_token=tok.eos_token or "", add_generation_prompt=add_generation_prompt)
 
-    def chat_ids(self, messages: Sequence[dict]) -> list[int]:
+    def chat_tokens(self, messages: Sequence[dict]) -> list[int]:
         """Token ids of a rendered conversation; no second BOS when the template writes one."""
         text = self.chat_prompt(messages)
         bos = self.tokenizer.bos_token
-        ids = self.tokenizer.encode(text, add_special=not (bos and text.startswith(bos)), parse_special=True)
-        return self._check_length(ids)
+        return self.tokenizer.encode(text, add_special=not (bos and text.startswith(bos)), parse_special=True)
+
+    def chat_ids(self, messages: Sequence[dict]) -> list[int]:
+        """chat_tokens of a conversation that fits the context as a prompt."""
+        return self._check_length(self.chat_tokens(messages))
 
     def _check_length(self, ids: list[int]) -> list[int]:
         if not ids:

@@ -172,12 +172,14 @@ def _add_info_routes(app: FastAPI, state: _State, auth: list) -> None:
         if sum(given) != 1:
             raise bad_request("give exactly one of prompt (or content) and messages")
         if body.messages is not None:
-            conversation = ChatRequest(messages=body.messages).conversation()
-            text = await _user_call(llm.requests.chat_prompt, conversation)
-            add_special = False if _starts_with_bos(llm, text) else body.add_special_tokens
+            try:
+                conversation = ChatRequest(messages=body.messages).conversation()
+            except ValueError as e:
+                raise bad_request(str(e), param="messages") from None
+            tokens = await _user_call(llm.requests.chat_tokens, conversation)
         else:
-            text, add_special = body.prompt if body.prompt is not None else body.content, body.add_special_tokens
-        tokens = await _user_call(llm.tokenize, text, add_special, True)
+            text = body.prompt if body.prompt is not None else body.content
+            tokens = await _user_call(llm.tokenize, text, body.add_special_tokens, True)
         return {"tokens": tokens, "count": len(tokens), "max_model_len": llm.n_ctx}
 
     @app.post("/detokenize", dependencies=auth)
@@ -195,11 +197,6 @@ async def _body(request: Request, model: type[BaseModel]) -> Any:
         return model.model_validate_json(await request.body())
     except ValidationError as e:
         raise invalid_body(e) from None
-
-
-def _starts_with_bos(llm: LLM, text: str) -> bool:
-    bos = llm.tokenizer.bos_token
-    return bool(bos) and text.startswith(bos)
 
 
 async def _user_call(fn, *args):

@@ -156,7 +156,7 @@ class TokenizeRequest(_Body):
     prompt: Optional[StrictStr] = None
     content: Optional[StrictStr] = None
     messages: Optional[list[ChatMessage]] = None
-    add_special_tokens: StrictBool = True
+    add_special_tokens: StrictBool = True     # for prompt/content (messages follow the chat template)
 
 
 class DetokenizeRequest(_Body):
