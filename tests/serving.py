@@ -30,7 +30,6 @@ class LiveServer:
                     "-t", "2", "--log-level", "warning", *args]
         self.timeout = timeout
         self.proc: subprocess.Popen | None = None
-        self.saw_loading = False           # /health answered 503 before 200
 
     def __enter__(self) -> "LiveServer":
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
@@ -41,10 +40,7 @@ class LiveServer:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited ({self.proc.returncode}): {self.proc.stdout.read()}")
             try:
-                r = httpx.get(f"{self.url}/health", timeout=2)
-                if r.status_code == 503:
-                    self.saw_loading = True
-                elif r.status_code == 200:
+                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
                     return self
             except httpx.TransportError:
                 pass

@@ -128,3 +128,30 @@ def test_api_key_and_bounded_queue():
         assert len(set(ok)) == 1                        # same request, same answer, whatever ran beside it
         m = srv.wait_idle()
         assert m["localllm_kv_blocks_used"] == 0
+
+
+def test_health_is_503_until_the_model_has_loaded(monkeypatch):
+    """In-process app (Starlette's TestClient runs its startup): the model load is held until
+    the test lets it go, so the loading window is certain to be seen."""
+    import threading
+    import time
+    from fastapi.testclient import TestClient
+    from localllm.server import ServerConfig, create_app
+    from localllm.server.app import _State
+
+    go = threading.Event()
+    real_load = _State.load
+    monkeypatch.setattr(_State, "load", lambda self: (go.wait(60), real_load(self)))
+    app = create_app(ServerConfig(model=str(model_file(KEY)), n_ctx=CTX, threads=2, parallel=2))
+    with TestClient(app) as http:
+        r = http.get("/health")
+        assert r.status_code == 503 and r.json()["error"]["message"] == "Loading model"
+        r = http.post(COMPL, json={"prompt": "x", "max_tokens": 1})
+        assert r.status_code == 503 and r.headers["Retry-After"] == "1"
+        go.set()
+        deadline = time.time() + 60
+        while http.get("/health").status_code != 200 and time.time() < deadline:
+            time.sleep(0.05)
+        assert http.get("/health").json() == {"status": "ok"}
+        r = http.post(COMPL, json={"prompt": "Hello", "max_tokens": 2, "temperature": 0})
+        assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 2
