@@ -36,10 +36,7 @@ def run(args: argparse.Namespace) -> int:
         if not text.strip():
             continue
         history.append({"role": "user", "content": text})
-        prompt = llm.render_chat(history)
-        bos = llm.tokenizer.bos_token
-        ids = llm.tokenize(prompt, add_special=not (bos and prompt.startswith(bos)), parse_special=True)
-        stream = llm.stream(ids, **sampling_kwargs(args, llm.n_ctx))
+        stream = llm.stream(llm.make_request(messages=history, **sampling_kwargs(args, llm.n_ctx)))
         pieces = []
         try:
             for piece in stream:

@@ -65,22 +65,20 @@ def load(args: argparse.Namespace):
                kv_blocks=blocks, numerics=args.numerics, **device_kwargs(args))
 
 
-def prompt_ids(llm, prompt: str, chat: bool) -> list[int]:
+def make_request(llm, prompt: str, chat: bool, sampling: dict):
     if chat:
-        prompt = llm.render_chat([{"role": "user", "content": prompt}])
-        if llm.tokenizer.bos_token and prompt.startswith(llm.tokenizer.bos_token):
-            return llm.tokenize(prompt, add_special=False, parse_special=True)
-    return llm.tokenize(prompt, add_special=True, parse_special=True)
+        return llm.make_request(messages=[{"role": "user", "content": prompt}], **sampling)
+    return llm.make_request(prompt, **sampling)
 
 
 def run(args: argparse.Namespace) -> int:
     prompts = read_prompts(args)
     llm = load(args)
-    ids = [prompt_ids(llm, p, args.chat) for p in prompts]
     kwargs = sampling_kwargs(args, llm.n_ctx)
-    if len(ids) > 1:
-        return run_batch(llm, ids, kwargs)
-    stream = llm.stream(ids[0], **kwargs)
+    requests = [make_request(llm, p, args.chat, kwargs) for p in prompts]
+    if len(requests) > 1:
+        return run_batch(llm, requests)
+    stream = llm.stream(requests[0])
     try:
         for piece in stream:
             sys.stdout.write(piece)
@@ -95,10 +93,10 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_batch(llm, ids: list[list[int]], kwargs: dict) -> int:
+def run_batch(llm, requests: list) -> int:
     """All prompts run concurrently; each completion is printed, in order, once it is done."""
     t0 = time.perf_counter()
-    streams = [llm.stream(p, **kwargs) for p in ids]
+    streams = [llm.stream(r) for r in requests]
     try:
         for i, stream in enumerate(streams):
             text = "".join(stream)        # consuming one stream advances all of them
@@ -109,10 +107,10 @@ def run_batch(llm, ids: list[list[int]], kwargs: dict) -> int:
             stream.close()
         return 130
     wall = time.perf_counter() - t0
-    n_prompt = sum(len(p) for p in ids)
+    n_prompt = sum(len(r.prompt_ids) for r in requests)
     n_gen = sum(len(s.token_ids) for s in streams)
     state = llm.engine.pool_state()
-    print(f"\n[batch of {len(ids)} | prompt {n_prompt} tok | generation {n_gen} tok | {wall:.2f} s, "
+    print(f"\n[batch of {len(requests)} | prompt {n_prompt} tok | generation {n_gen} tok | {wall:.2f} s, "
           f"{n_gen / wall:.1f} t/s aggregate | peak KV {state['peak_used']} of {state['blocks']} blocks "
           f"({state['peak_kv_bytes'] / 2 ** 20:.1f} MiB) | prefix cache hits {state['hit_tokens']} tok | "
           f"preemptions {llm.engine.stats.preemptions} | peak RSS {peak_rss_mb():.0f} MB | "

@@ -6,12 +6,16 @@ chunks of new ones, the model runs it in ONE `forward` call, and every sequence 
 reached its last token samples its next token from its own logits row. Finished sequences leave
 and waiting ones join at the very next step.
 
-Threading: the engine has no thread of its own. `step()` runs under a lock, and consumers drive
-it: `next_output(id)` steps until that request has an output ready (outputs of every other
-request produced meanwhile are queued for them). So two streams iterated alternately from one
-thread both progress, several consumer threads share one step loop without ever running two
-forwards at once, exceptions surface in the caller, and an idle engine costs nothing. A server
-can equally run its own loop calling `step()` while `has_unfinished()`.
+Threading. A lock guards the scheduler, the pool and the model during a step. `submit` never
+takes it: a new request goes into an inbox (under a small lock of its own) that the next step
+drains, so submitting never waits for a forward. Two ways to drive steps, which can be mixed:
+
+- consumer-driven: `next_output(id)` steps until that request has an output ready (outputs of
+  every other request produced meanwhile are queued for them); two streams iterated alternately
+  from one thread both progress, and nothing runs when nobody asks;
+- the step loop: `start()` runs a daemon thread that steps while there is work and sleeps when
+  there is none; requests submitted with a `sink` get each output pushed to it from that thread
+  (`localllm.aio` turns this into asyncio iteration), which is how the server runs.
 
 Batch invariance: every sequence's logits come from its own row of a forward whose kernels do
 not depend on the batch's shape, its sampler is its own (own seed, own penalty history), and a
@@ -21,11 +25,12 @@ what else runs beside it.
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Optional, Sequence as Seq
+from typing import Any, Callable, Iterator, Optional, Sequence as Seq
 
 import numpy as np
 
@@ -34,7 +39,9 @@ from .sampling import SamplingParams, StopMatcher, make_sampler
 from .scheduler import Schedule, Scheduler, Sequence
 from .tokenizer import StreamDecoder
 
-__all__ = ["Engine", "EngineStats", "RequestOutput", "RequestTimes", "kv_bytes_per_token"]
+__all__ = ["Engine", "EngineStats", "OutputSink", "RequestOutput", "RequestTimes", "kv_bytes_per_token"]
+
+log = logging.getLogger("localllm.engine")
 
 
 def kv_bytes_per_token(metadata: dict) -> int:
@@ -73,6 +80,12 @@ class RequestOutput:
     logits: Optional[np.ndarray] = None   # [n_vocab] the row this step sampled from (keep_logits)
     times: Optional[RequestTimes] = None  # the request's timings so far (shared, kept up to date)
     error: Optional[BaseException] = None # why it failed (finish_reason "error"); next_output raises it
+    created: float = 0.0                  # time.perf_counter() when the step produced it
+
+
+# Receives each output of a request from the thread that ran the step (the lock is held: it
+# must only hand the output on, e.g. loop.call_soon_threadsafe, never block or step).
+OutputSink = Callable[[RequestOutput], None]
 
 
 @dataclass
@@ -101,6 +114,9 @@ class _Request:
     keep_logits: bool = False
     outputs: deque = field(default_factory=deque)
     finish_reason: Optional[str] = None
+    sink: Optional[OutputSink] = None     # outputs go here instead of `outputs` (see submit)
+    siblings: list = field(default_factory=list)   # Sequences of the same prompt parked on this one
+    parked_on: Optional[Sequence] = None  # the sibling whose prompt this one waits for
 
 
 class Engine:
@@ -126,18 +142,29 @@ class Engine:
         self.scheduler = Scheduler(self.pool, max_batch_tokens, max(1, min(max_running, max_batch_tokens)),
                                    model.copy_block)
         self.stats = EngineStats()
-        self.lock = threading.RLock()             # guards everything below and the model
-        self._seqs: dict[int, Sequence] = {}      # unfinished or not yet drained
+        self.lock = threading.RLock()             # guards the scheduler, the pool, the model
+        # Submitted requests and aborts wait here for the next step; submit and abort never
+        # wait for a forward. The step loop sleeps on this condition when there is no work.
+        self._inbox_cond = threading.Condition(threading.Lock())
+        self._inbox: list[Sequence] = []
+        self._pending_aborts: list[int] = []
+        # id -> Sequence of every request not yet drained: added by submit (inbox lock), removed
+        # under the step lock once its last output was taken; one dict operation at a time.
+        self._seqs: dict[int, Sequence] = {}
         self._next_id = 0                         # ids are issued in submission order
         self._eog = frozenset(tokenizer.eot_ids)
         self._stepping_thread: Optional[int] = None   # set while a step runs
-        self._deferred_aborts: list[int] = []
+        self._loop_thread: Optional[threading.Thread] = None
+        self._stopping = False
 
     # ---- requests ----
     def check_request(self, prompt_ids: Seq[int], max_tokens: int) -> None:
         """Raise ValueError for a request that can never run (bad ids, or too long to fit)."""
         if len(prompt_ids) == 0:
             raise ValueError("the prompt is empty (no tokens)")
+        not_int = [t for t in prompt_ids if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, np.integer))]
+        if not_int:
+            raise TypeError(f"token ids must be ints, got {not_int[:5]}")
         bad = [t for t in prompt_ids if not 0 <= t < self.n_vocab]
         if bad:
             raise ValueError(f"token ids out of range [0, {self.n_vocab}): {bad[:5]}")
@@ -154,59 +181,181 @@ class Engine:
                              f"{blocks} KV blocks, the pool has {self.pool.capacity} "
                              f"({self.pool.capacity * self.pool.block_size} tokens): raise kv_blocks")
 
-    def submit(self, prompt_ids: Seq[int], params: SamplingParams, keep_logits: bool = False) -> int:
-        """Queue a request; returns its id. Raises ValueError if it can never fit.
+    def submit(self, prompt_ids: Seq[int], params: SamplingParams, keep_logits: bool = False,
+               sink: Optional[OutputSink] = None) -> int:
+        """Queue a request; returns its id. Raises ValueError if it can never fit. Never waits
+        for a step: the request joins the scheduler at the next one.
 
         keep_logits: each output carries a copy of the logits row its token was sampled from.
+        sink: called with each output (from the stepping thread) instead of queueing it for
+            `next_output`; after the finished one the request is forgotten.
         """
+        return self.submit_group(prompt_ids, [params], keep_logits, [sink])[0]
+
+    def submit_group(self, prompt_ids: Seq[int], params: Seq[SamplingParams], keep_logits: bool = False,
+                     sinks: Optional[Seq[Optional[OutputSink]]] = None) -> list[int]:
+        """Several continuations of one prompt (OpenAI's `n`), one request each; returns their
+        ids. The first computes the prompt; the others wait until it has, then take its full
+        blocks from the prefix cache (shared, not recomputed)."""
+        if not params:
+            raise ValueError("submit_group needs at least one SamplingParams")
+        sinks = list(sinks) if sinks is not None else [None] * len(params)
+        if len(sinks) != len(params):
+            raise ValueError(f"{len(params)} params but {len(sinks)} sinks")
+        for p in params:
+            self.check_request(prompt_ids, p.max_tokens)
         prompt_ids = [int(t) for t in prompt_ids]
-        self.check_request(prompt_ids, params.max_tokens)
-        sampler = make_sampler(params, self.n_vocab)
-        for t in prompt_ids:
-            sampler.accept(t)
-        with self.lock:
-            rid = self._next_id
-            req = _Request(rid, params, params.max_tokens, sampler, StreamDecoder(self.tokenizer),
-                           StopMatcher(params.stop or []), RequestTimes(submitted=time.perf_counter()),
-                           keep_logits)
-            seq = Sequence(rid, list(prompt_ids), len(prompt_ids), BlockTable(self.pool), arrival=rid,
-                           payload=req)
-            self._seqs[rid] = seq
-            self._next_id = rid + 1
-            self.scheduler.add(seq)
-        return rid
+        samplers = []
+        for p in params:
+            sampler = make_sampler(p, self.n_vocab)
+            for t in prompt_ids:
+                sampler.accept(t)
+            samplers.append(sampler)
+        now = time.perf_counter()
+        with self._inbox_cond:
+            first: Optional[Sequence] = None
+            for p, sampler, sink in zip(params, samplers, sinks):
+                rid = self._next_id
+                self._next_id += 1
+                req = _Request(rid, p, p.max_tokens, sampler, StreamDecoder(self.tokenizer),
+                               StopMatcher(p.stop or []), RequestTimes(submitted=now), keep_logits, sink=sink)
+                seq = Sequence(rid, list(prompt_ids), len(prompt_ids), BlockTable(self.pool), arrival=rid,
+                               payload=req)
+                self._seqs[rid] = seq
+                if first is None:
+                    first = seq
+                    self._inbox.append(seq)
+                else:
+                    req.parked_on = first
+                    first.payload.siblings.append(seq)
+            self._inbox_cond.notify()
+            return list(range(first.seq_id, first.seq_id + len(params)))
 
-    def abort(self, request_id: int) -> bool:
-        """Stop a request and free its KV blocks now; False when it had already finished.
+    def abort(self, request_id: int, wait: bool = True) -> bool:
+        """Stop a request and free its KV blocks; False when it had already finished.
 
-        Called from inside a step of the same thread (a finalizer run by the garbage collector
-        mid-step), the abort is carried out as soon as that step ends instead.
+        wait=True frees them before returning (waiting for an in-flight step, at most one
+        forward). wait=False never waits: when a step is running the abort is carried out as
+        soon as it ends (True is returned then). Called from inside a step of the same thread
+        (a finalizer run by the garbage collector mid-step), the abort is likewise deferred.
         """
-        with self.lock:
-            if self._stepping_thread == threading.get_ident():
-                self._deferred_aborts.append(request_id)
-                return True
-            return self._abort_now(request_id)
+        if wait and self._stepping_thread != threading.get_ident():
+            with self.lock:
+                return self._abort_now(request_id)
+        if self._stepping_thread != threading.get_ident() and self.lock.acquire(blocking=False):
+            try:
+                return self._abort_now(request_id)
+            finally:
+                self.lock.release()
+        with self._inbox_cond:
+            self._pending_aborts.append(request_id)
+            self._inbox_cond.notify()
+        return True
 
     def _abort_now(self, request_id: int) -> bool:
         with self.lock:
-            seq = self._seqs.pop(request_id, None)
+            self._drain_inbox()
+            seq = self._seqs.get(request_id)
             if seq is None or seq.payload.finish_reason is not None:
                 return False
-            self.scheduler.remove(seq)
-            seq.payload.finish_reason = "abort"
-            seq.payload.times.finished = time.perf_counter()
+            req: _Request = seq.payload
+            self._remove(seq)
+            req.finish_reason = "abort"
+            req.times.finished = time.perf_counter()
             self.stats.aborted += 1
+            if req.sink is not None:
+                self._emit(seq, RequestOutput(request_id, [], "", finished=True, finish_reason="abort"))
+            else:
+                del self._seqs[request_id]
             return True
+
+    def _remove(self, seq: Sequence) -> None:
+        """Take a finished or aborted sequence out: out of the scheduler (its blocks released at
+        once) or off its sibling's parking list; siblings parked on it go to the scheduler."""
+        req: _Request = seq.payload
+        if req.parked_on is not None:
+            req.parked_on.payload.siblings.remove(seq)
+            req.parked_on = None
+            seq.table.free()
+        else:
+            self.scheduler.remove(seq)
+        self._release_siblings(seq)
+
+    def _release_siblings(self, seq: Sequence) -> None:
+        """Siblings parked on seq join the front of the waiting queue, in submission order: its
+        prompt's full blocks are in the prefix cache now (or it ended before computing them)."""
+        siblings, seq.payload.siblings = seq.payload.siblings, []
+        for sib in reversed(siblings):
+            sib.payload.parked_on = None
+            self.scheduler.add(sib, front=True)
+
+    def _drain_inbox(self) -> None:
+        """Move submitted requests into the scheduler and carry out pending aborts (lock held)."""
+        with self._inbox_cond:
+            for seq in self._inbox:
+                self.scheduler.add(seq)
+            self._inbox.clear()
+            aborts, self._pending_aborts = self._pending_aborts, []
+        for rid in aborts:
+            self._abort_now(rid)
 
     def has_unfinished(self) -> bool:
         with self.lock:
+            self._drain_inbox()
             return self.scheduler.has_work
+
+    def counts(self) -> tuple[int, int]:
+        """(running, waiting) requests, read without the step lock (a moment's snapshot, for
+        admission control and monitoring); waiting includes submitted ones not yet scheduled."""
+        running = len(self.scheduler.running)
+        return running, max(0, len(self._seqs) - running)
 
     def sequence(self, request_id: int) -> Optional[Sequence]:
         """The live sequence of a request (None once finished and drained, or aborted)."""
         with self.lock:
             return self._seqs.get(request_id)
+
+    # ---- the step loop ----
+    def start(self) -> None:
+        """Start the step loop thread (once; later calls do nothing while it runs)."""
+        with self._inbox_cond:
+            if self._loop_thread is not None and self._loop_thread.is_alive():
+                return
+            self._stopping = False
+            self._loop_thread = threading.Thread(target=self._run_loop, name="localllm-engine", daemon=True)
+            self._loop_thread.start()
+
+    def stop(self, timeout: Optional[float] = None) -> None:
+        """Stop the step loop after its current step (requests stay queued)."""
+        with self._inbox_cond:
+            self._stopping = True
+            self._inbox_cond.notify_all()
+            thread = self._loop_thread
+        if thread is not None:
+            thread.join(timeout)
+
+    def _run_loop(self) -> None:
+        while True:
+            with self._inbox_cond:
+                while not (self._stopping or self._inbox or self._pending_aborts or self.scheduler.has_work):
+                    self._inbox_cond.wait()
+                if self._stopping:
+                    return
+            try:
+                progressed = self.step()
+            except Exception as e:     # a failed forward: fail what it ran, keep serving
+                log.exception("engine step failed")
+                self._fail_all(e)
+                continue
+            if not progressed:         # work that cannot be scheduled yet: do not spin
+                with self._inbox_cond:
+                    self._inbox_cond.wait(0.01)
+
+    def _fail_all(self, error: BaseException) -> None:
+        """Finish every scheduled request with finish_reason "error" (a forward raised)."""
+        with self.lock:
+            for seq in list(self.scheduler.running) + list(self.scheduler.waiting):
+                self._finish(seq, "error", RequestOutput(seq.seq_id, [], "", error=error), flush=False)
 
     # ---- consuming outputs ----
     def next_output(self, request_id: int) -> Optional[RequestOutput]:
@@ -219,6 +368,8 @@ class Engine:
                     raise ValueError(f"unknown request id {request_id}")
                 return None
             req: _Request = seq.payload
+            if req.sink is not None:
+                raise ValueError(f"request {request_id} delivers its outputs to a sink, not next_output")
             while not req.outputs:
                 if not self.step():
                     raise RuntimeError(f"engine stalled: request {request_id} cannot be scheduled")
@@ -251,11 +402,11 @@ class Engine:
                 return self._step()
             finally:
                 self._stepping_thread = None
-                while self._deferred_aborts:
-                    self._abort_now(self._deferred_aborts.pop())
+                self._drain_inbox()          # aborts asked for during the step happen now
 
     def _step(self) -> bool:
         with self.lock:
+            self._drain_inbox()
             schedule = self.scheduler.schedule()
             self.stats.preemptions += len(schedule.preempted)
             if not schedule.chunks:
@@ -313,12 +464,14 @@ class Engine:
         now = time.perf_counter()
         if req.times.first_token is None:
             req.times.first_token = now
+        if req.siblings:           # its prompt is computed and cached: they can share it now
+            self._release_siblings(seq)
         kept = logits.copy() if req.keep_logits else None
         if tok in self._eog and not req.params.ignore_eos:
-            self._finish(seq, "stop", RequestOutput(req.request_id, [], "", logits=kept))
+            self._finish(seq, "stop", RequestOutput(req.request_id, [], "", logits=kept, created=now))
             return
         seq.tokens.append(tok)
-        out = RequestOutput(req.request_id, [tok], "", logits=kept)
+        out = RequestOutput(req.request_id, [tok], "", logits=kept, created=now)
         if req.params.logprobs is not None:
             lp, top = req.sampler.last_logprobs()
             out.logprobs.append({"token": tok, "logprob": float(lp),
@@ -329,7 +482,21 @@ class Engine:
         elif seq.n_generated >= req.max_new:
             self._finish(seq, "length", out)
         else:
+            self._emit(seq, out)
+
+    def _emit(self, seq: Sequence, out: RequestOutput) -> None:
+        """Hand an output to its consumer: the request's sink, or its queue for next_output."""
+        req: _Request = seq.payload
+        out.times = req.times
+        if req.sink is None:
             req.outputs.append(out)
+            return
+        if out.finished:
+            self._seqs.pop(req.request_id, None)
+        try:
+            req.sink(out)
+        except Exception:          # a consumer's fault must not stop the step
+            log.exception("output sink of request %d failed", req.request_id)
 
     def _finish(self, seq: Sequence, reason: str, out: RequestOutput, flush: bool = True) -> None:
         req: _Request = seq.payload
@@ -338,10 +505,10 @@ class Engine:
             out.text += tail + req.stops.flush()
         out.finished, out.finish_reason = True, reason
         req.finish_reason = reason
-        req.times.finished = time.perf_counter()
-        req.outputs.append(out)
-        self.scheduler.remove(seq)
+        req.times.finished = out.created = time.perf_counter()
+        self._remove(seq)          # blocks released before the consumer hears it finished
         self.stats.finished += 1
+        self._emit(seq, out)
 
     # ---- introspection ----
     def pool_state(self) -> dict:
@@ -354,4 +521,4 @@ class Engine:
                     "peak_kv_bytes": p.peak_used * block_bytes, "query_blocks": c.query_blocks,
                     "hit_blocks": c.hit_blocks, "query_tokens": c.query_tokens, "hit_tokens": c.hit_tokens,
                     "evictions": c.evictions, "running": len(self.scheduler.running),
-                    "waiting": len(self.scheduler.waiting)}
+                    "waiting": len(self.scheduler.waiting) + len(self._inbox)}

@@ -7,22 +7,19 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Sequence, Union
+from typing import Iterator, Sequence
 
 import numpy as np
 
 from . import _core, hub
-from .chat import render_chat
 from .engine import Engine
 from .gguf import GGUFFile
 from .kv_blocks import BlockTable
 from .plan import DEFAULT_GPU_MARGIN, Plan, gpu_free_bytes, parse_n_gpu_layers, plan_layers
-from .sampling import SamplingParams
+from .requests import EngineRequest, Prompt, RequestBuilder
 from .tokenizer import Tokenizer
 
 __all__ = ["LLM", "GenerationResult", "TextStream", "Timings", "Prompt", "default_threads"]
-
-Prompt = Union[str, Sequence[int]]
 
 
 def default_threads() -> int:
@@ -75,6 +72,7 @@ class _Run:
     timings: Timings
     token_ids: list[int] = field(default_factory=list)
     finish_reason: str = "length"
+    wants_logprobs: bool = False
 
 
 NUMERICS = ("fast", "llama.cpp")
@@ -135,7 +133,8 @@ class LLM:
         self._model, self.tokenizer, self.chat_template = self._load_model_and_tokenizer(
             n_blocks, kv_block_size)
         self._model.reserve(n_batch)          # the scratch the plan counted, allocated now
-        self._engine = Engine(self._model, self.tokenizer, n_ctx, max_batch_tokens=n_batch,
+        self.requests = RequestBuilder(self.tokenizer, self.chat_template, self.n_ctx, seed)
+        self._engine = Engine(self._model, self.tokenizer, self.n_ctx, max_batch_tokens=n_batch,
                               max_running=max_running)
         self._pool = self._engine.pool
         self.hparams: dict = self._model.hparams
@@ -199,6 +198,15 @@ class LLM:
             raise tokenizer_error
         return loaded["model"], tokenizer, template
 
+    @property
+    def chat_template(self) -> str | None:
+        """The chat template `chat` renders with (the GGUF's; None: ChatML)."""
+        return self.requests.chat_template
+
+    @chat_template.setter
+    def chat_template(self, template: str | None) -> None:
+        self.requests.chat_template = template
+
     @functools.cached_property
     def gguf(self) -> GGUFFile:
         """The file's GGUF reader (metadata, tensor table), opened on first use: kept open from
@@ -211,19 +219,6 @@ class LLM:
 
     def detokenize(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(ids))
-
-    def _prompt_ids(self, prompt: Prompt) -> list[int]:
-        ids = self.tokenize(prompt, add_special=True, parse_special=True) if isinstance(prompt, str) \
-            else [int(t) for t in prompt]
-        if not ids:
-            raise ValueError("the prompt is empty (no tokens)")
-        bad = [t for t in ids if not 0 <= t < self.n_vocab]
-        if bad:
-            raise ValueError(f"token ids out of range [0, {self.n_vocab}): {bad[:5]}")
-        if len(ids) >= self.n_ctx:
-            raise ValueError(f"the prompt is {len(ids)} tokens, longer than the context "
-                             f"(n_ctx={self.n_ctx}); shorten it or raise n_ctx")
-        return ids
 
     # ---- forward ----
     def _eval(self, table: BlockTable, ids: Sequence[int], start: int,
@@ -267,13 +262,29 @@ class LLM:
                 table.free()
 
     # ---- generation (through the batching engine) ----
-    def _submit(self, prompt: Prompt, sampling: dict) -> tuple[int, _Run]:
-        """Queue one request in the engine; max_tokens is capped by the context as before."""
-        params = self._params(dict(sampling))
-        run = _Run(self._prompt_ids(prompt), Timings(load_s=self.load_time))
+    def make_request(self, prompt: Prompt | None = None, *, messages: list[dict] | None = None,
+                     n: int = 1, **sampling) -> EngineRequest:
+        """The engine request `generate`/`stream`/`chat` (and the CLI and server) run: prompt
+        text or token ids, or chat `messages`, with `SamplingParams` fields; validated, seeded
+        (the LLM's seed, else a random one), max_tokens capped by the context. See
+        `localllm.requests.RequestBuilder.build`."""
+        return self.requests.build(prompt, messages=messages, n=n, **sampling)
+
+    def _request(self, prompt: Prompt | EngineRequest, sampling: dict) -> EngineRequest:
+        """A prompt made into a request, or a request made by `make_request` as it is."""
+        if not isinstance(prompt, EngineRequest):
+            return self.make_request(prompt, **sampling)
+        if sampling:
+            raise TypeError(f"sampling options ({', '.join(sampling)}) go to make_request, not beside "
+                            f"an EngineRequest")
+        return prompt
+
+    def _submit(self, request: EngineRequest) -> tuple[int, _Run]:
+        """Queue one request (its first choice) in the engine."""
+        run = _Run(request.prompt_ids, Timings(load_s=self.load_time),
+                   wants_logprobs=request.params.logprobs is not None)
         run.timings.prompt_tokens = len(run.prompt_ids)
-        params.max_tokens = min(params.max_tokens, self.n_ctx - len(run.prompt_ids))
-        return self._engine.submit(run.prompt_ids, params), run
+        return self._engine.submit(run.prompt_ids, request.params), run
 
     def _steps(self, request_id: int, run: _Run) -> Iterator[_Step]:
         """The request's tokens as the engine produces them. Started at once by `_start`, so that
@@ -301,51 +312,45 @@ class LLM:
         next(steps)
         return steps
 
-    def _params(self, overrides: dict) -> SamplingParams:
-        if overrides.get("seed") is None:
-            overrides["seed"] = self.seed if self.seed is not None else int.from_bytes(os.urandom(4), "little")
-        params = SamplingParams(**overrides)
-        params.validate()
-        return params
-
-    def generate(self, prompt: Prompt | list[Prompt], **sampling):
-        """Generate a completion of `prompt` (text, or token ids used as they are); given a list
-        of prompts, run them concurrently and return a list of results in the same order.
+    def generate(self, prompt: Prompt | EngineRequest | list[Prompt | EngineRequest], **sampling):
+        """Generate a completion of `prompt` (text, or a list of int token ids used as they
+        are, or a request from `make_request`); given a list of prompts, run them concurrently
+        and return a list of results in the same order.
 
         Keyword arguments are `SamplingParams` fields: max_tokens, temperature, top_k, top_p,
         min_p, repeat_penalty, presence_penalty, frequency_penalty, penalty_last_n, logit_bias,
-        seed, stop, logprobs.
+        seed, stop, logprobs, ignore_eos.
         """
-        batch = isinstance(prompt, (list, tuple)) and (not prompt or not isinstance(prompt[0], (int, np.integer)))
-        if not batch:
-            return self._collect(*self._submit(prompt, sampling), sampling)
+        if not _is_prompt_list(prompt):
+            return self._collect(*self._submit(self._request(prompt, sampling)))
         if not prompt:
             raise ValueError("the list of prompts is empty")
+        requests = [self._request(p, sampling) for p in prompt]    # all checked first
         submitted = []
         try:
-            for p in prompt:
-                submitted.append(self._submit(p, sampling))
-            return [self._collect(rid, run, sampling) for rid, run in submitted]
+            for request in requests:
+                submitted.append(self._submit(request))
+            return [self._collect(rid, run) for rid, run in submitted]
         finally:
             for rid, _ in submitted:
                 self._engine.abort(rid)
 
-    def _collect(self, request_id: int, run: _Run, sampling: dict) -> GenerationResult:
+    def _collect(self, request_id: int, run: _Run) -> GenerationResult:
         pieces, logprobs = [], []
         for step in self._start(request_id, run):
             pieces.append(step.text)
             if step.logprob is not None:
                 logprobs.append(step.logprob)
         return GenerationResult("".join(pieces), run.token_ids, run.finish_reason, run.prompt_ids,
-                                run.timings, logprobs if sampling.get("logprobs") is not None else None)
+                                run.timings, logprobs if run.wants_logprobs else None)
 
-    def stream(self, prompt: Prompt, **sampling) -> "TextStream":
+    def stream(self, prompt: Prompt | EngineRequest, **sampling) -> "TextStream":
         """Iterate over the completion's text as it is generated (complete UTF-8 characters only).
 
         The returned `TextStream` also carries `.token_ids`, `.finish_reason` and `.timings`;
         `close()` (or dropping it) stops generation and frees its KV blocks.
         """
-        request_id, run = self._submit(prompt, sampling)
+        request_id, run = self._submit(self._request(prompt, sampling))
         return TextStream(self._start(request_id, run), run)
 
     @property
@@ -360,16 +365,11 @@ class LLM:
         return self._model.isa
 
     def render_chat(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
-        tok = self.tokenizer
-        return render_chat(messages, self.chat_template, bos_token=tok.bos_token or "",
-                           eos_token=tok.eos_token or "", add_generation_prompt=add_generation_prompt)
+        return self.requests.chat_prompt(messages, add_generation_prompt)
 
     def chat(self, messages: list[dict], **sampling) -> GenerationResult:
         """Reply to a conversation ([{"role": ..., "content": ...}, ...]) using the model's template."""
-        prompt = self.render_chat(messages)
-        ids = self.tokenize(prompt, add_special=not _starts_with_bos(prompt, self.tokenizer),
-                            parse_special=True)
-        return self.generate(ids, **sampling)
+        return self._collect(*self._submit(self.make_request(messages=messages, **sampling)))
 
 
 class TextStream:
@@ -404,6 +404,6 @@ class TextStream:
         return self._run.timings
 
 
-def _starts_with_bos(text: str, tok: Tokenizer) -> bool:
-    """Templates that emit the BOS text themselves must not get a second BOS token."""
-    return bool(tok.bos_token) and text.startswith(tok.bos_token)
+def _is_prompt_list(prompt) -> bool:
+    """A list of prompts (texts or token-id lists), as opposed to one prompt's token ids."""
+    return isinstance(prompt, (list, tuple)) and (not prompt or isinstance(prompt[0], (str, list, tuple, np.ndarray, EngineRequest)))

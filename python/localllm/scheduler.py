@@ -106,9 +106,13 @@ class Scheduler:
         self.running: list[Sequence] = []
         self.n_preemptions = 0
 
-    def add(self, seq: Sequence) -> None:
+    def add(self, seq: Sequence, front: bool = False) -> None:
+        """Queue a sequence for admission: at the back, or at the front (ahead of later arrivals)."""
         seq.state = SeqState.WAITING
-        self.waiting.append(seq)
+        if front:
+            self.waiting.appendleft(seq)
+        else:
+            self.waiting.append(seq)
 
     def remove(self, seq: Sequence) -> None:
         """Take a sequence out (finished or aborted) and release its blocks at once."""

@@ -1,0 +1,122 @@
+"""Engine outputs for asyncio consumers.
+
+The engine's step loop runs on its own thread (`Engine.start`); each request submitted here has
+a sink that hands its outputs to the consumer's event loop (one `call_soon_threadsafe`
+wake-up per burst of outputs), so a coroutine awaits them without ever taking the engine's
+lock or waiting for a step.
+
+    async with RequestGroup(engine) as group:
+        group.submit(llm.make_request("Once upon a time", n=2, max_tokens=16))
+        async for index, out in group:      # (choice index, RequestOutput), as produced
+            ...
+
+Leaving the `async with` block (done, an exception, or the task cancelled because the client
+went away) aborts every request of the group that has not finished; the engine frees their
+blocks at its next step.
+"""
+from __future__ import annotations
+
+import asyncio
+import threading
+import weakref
+from collections import deque
+from typing import AsyncIterator, Optional
+
+from .engine import Engine, RequestOutput
+from .requests import EngineRequest
+
+__all__ = ["RequestGroup"]
+
+
+class _Dispatcher:
+    """Hands outputs from the engine's thread to one event loop's queues with one wake-up of the
+    loop per burst (a step's outputs for every request), not one per output: each
+    call_soon_threadsafe writes to the loop's self-pipe."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.loop = loop
+        self._items: deque = deque()
+        self._lock = threading.Lock()
+        self._scheduled = False
+
+    def put(self, queue: asyncio.Queue, item) -> None:      # engine thread
+        with self._lock:
+            self._items.append((queue, item))
+            if self._scheduled:
+                return
+            self._scheduled = True
+        self.loop.call_soon_threadsafe(self._drain)
+
+    def _drain(self) -> None:                               # event loop
+        with self._lock:
+            items, self._items = self._items, deque()
+            self._scheduled = False
+        for queue, item in items:
+            queue.put_nowait(item)
+
+
+_dispatchers: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Dispatcher]" = weakref.WeakKeyDictionary()
+
+
+def _dispatcher(loop: asyncio.AbstractEventLoop) -> _Dispatcher:
+    d = _dispatchers.get(loop)
+    if d is None:
+        d = _dispatchers[loop] = _Dispatcher(loop)
+    return d
+
+
+class RequestGroup:
+    """The outputs of several engine requests (a request's `n` choices, several prompts)
+    merged into one asyncio stream of (index, RequestOutput); index counts the group's
+    requests in submission order."""
+
+    def __init__(self, engine: Engine, loop: Optional[asyncio.AbstractEventLoop] = None):
+        self.engine = engine
+        self.loop = loop or asyncio.get_running_loop()
+        self._dispatch = _dispatcher(self.loop)
+        self._queue: asyncio.Queue = asyncio.Queue()
+        self.request_ids: list[int] = []
+        self._open = 0
+
+    def submit(self, request: EngineRequest) -> list[int]:
+        """Queue the request's n choices (they share the prompt's KV blocks); returns their
+        group indices. Raises ValueError (as Engine.submit) for a request that cannot fit."""
+        first = len(self.request_ids)
+        indices = list(range(first, first + request.n))
+        ids = self.engine.submit_group(request.prompt_ids, [request.choice_params(i) for i in range(request.n)],
+                                       sinks=[self._sink(i) for i in indices])
+        self.request_ids += ids
+        self._open += len(ids)
+        self.engine.start()
+        return indices
+
+    def _sink(self, index: int):
+        put, queue = self._dispatch.put, self._queue
+
+        def sink(out: RequestOutput) -> None:       # runs on the engine's thread
+            put(queue, (index, out))
+        return sink
+
+    async def __aiter__(self) -> AsyncIterator[tuple[int, RequestOutput]]:
+        while self._open:
+            index, out = await self._queue.get()
+            if out.finished:
+                self._open -= 1
+            yield index, out
+
+    @property
+    def unfinished(self) -> int:
+        """Requests of the group whose last output has not been taken yet."""
+        return self._open
+
+    def abort(self) -> None:
+        """Abort the group's unfinished requests without waiting for the engine's step."""
+        if self._open:
+            for rid in self.request_ids:
+                self.engine.abort(rid, wait=False)
+
+    async def __aenter__(self) -> "RequestGroup":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self.abort()

@@ -1,0 +1,141 @@
+"""The one place a request (prompt text, token ids or chat messages, plus sampling options)
+becomes an engine request: prompt tokens and validated `SamplingParams`, with the default seed.
+`LLM.generate`/`stream`/`chat`, the CLI and the server all build their requests here, so they
+tokenize, template, validate and seed a request the same way.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from typing import Any, Optional, Sequence, Union
+
+import numpy as np
+
+from .chat import render_chat
+from .sampling import SamplingParams
+from .tokenizer import Tokenizer
+
+__all__ = ["EngineRequest", "RequestBuilder", "Prompt"]
+
+Prompt = Union[str, Sequence[int]]
+_SEED_LIMIT = 2**64
+
+
+@dataclass
+class EngineRequest:
+    """What the engine runs: the prompt's token ids and the sampling settings of each of its `n`
+    continuations (choice i samples with seed + i, so each choice is reproducible on its own)."""
+    prompt_ids: list[int]
+    params: SamplingParams
+    n: int = 1
+
+    def choice_params(self, index: int) -> SamplingParams:
+        """The settings of continuation `index` (0 <= index < n)."""
+        if index == 0:
+            return self.params
+        return replace(self.params, seed=(self.params.seed + index) % _SEED_LIMIT,
+                       stop=list(self.params.stop), logit_bias=dict(self.params.logit_bias))
+
+
+class RequestBuilder:
+    """Turns prompts or messages and sampling options into `EngineRequest`s for one model.
+
+    Args:
+        tokenizer: the model's tokenizer.
+        chat_template: the GGUF's chat template (None: ChatML).
+        n_ctx: longest sequence a request may reach; a prompt must leave room for one token,
+            and max_tokens is capped at what remains of the context.
+        default_seed: seed used when a request gives none (None: a fresh random seed each time).
+    """
+
+    def __init__(self, tokenizer: Tokenizer, chat_template: Optional[str], n_ctx: int,
+                 default_seed: Optional[int] = None):
+        self.tokenizer = tokenizer
+        self.chat_template = chat_template
+        self.n_ctx = n_ctx
+        self.n_vocab = tokenizer.n_vocab
+        self.default_seed = default_seed
+
+    # ---- prompts ----
+    def prompt_ids(self, prompt: Any) -> list[int]:
+        """Token ids of a prompt: text is tokenized (BOS added as the model asks, special tokens
+        parsed); a sequence of ints is used as it is. Anything else is a TypeError."""
+        if isinstance(prompt, str):
+            ids = self.tokenizer.encode(prompt, add_special=True, parse_special=True)
+        else:
+            ids = self.token_ids(prompt)
+        return self._check_length(ids)
+
+    def token_ids(self, prompt: Any, what: str = "prompt") -> list[int]:
+        """A list of token ids checked to be ints in [0, n_vocab) (no bools, floats or bytes)."""
+        if isinstance(prompt, (bytes, bytearray, memoryview)):
+            raise TypeError(f"{what} must be a str or a list of token ids (ints), got "
+                            f"{type(prompt).__name__}: decode bytes to str first")
+        if isinstance(prompt, np.ndarray):
+            if prompt.ndim != 1 or not np.issubdtype(prompt.dtype, np.integer):
+                raise TypeError(f"{what} as an array must be 1-D of an integer dtype, got "
+                                f"{prompt.ndim}-D {prompt.dtype}")
+            prompt = prompt.tolist()
+        if not isinstance(prompt, (list, tuple)):
+            raise TypeError(f"{what} must be a str or a list of token ids (ints), got {type(prompt).__name__}")
+        for i, t in enumerate(prompt):
+            if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, np.integer)):
+                raise TypeError(f"{what} token ids must be ints, got {type(t).__name__} {t!r} at index {i}")
+        ids = [int(t) for t in prompt]
+        bad = [t for t in ids if not 0 <= t < self.n_vocab]
+        if bad:
+            raise ValueError(f"token ids out of range [0, {self.n_vocab}): {bad[:5]}")
+        return ids
+
+    def chat_prompt(self, messages: Sequence[dict], add_generation_prompt: bool = True) -> str:
+        """The conversation rendered with the model's chat template (sandboxed)."""
+        tok = self.tokenizer
+        return render_chat(messages, self.chat_template, bos_token=tok.bos_token or "",
+                           eos_token=tok.eos_token or "", add_generation_prompt=add_generation_prompt)
+
+    def chat_tokens(self, messages: Sequence[dict]) -> list[int]:
+        """Token ids of a rendered conversation; no second BOS when the template writes one."""
+        text = self.chat_prompt(messages)
+        bos = self.tokenizer.bos_token
+        return self.tokenizer.encode(text, add_special=not (bos and text.startswith(bos)), parse_special=True)
+
+    def chat_ids(self, messages: Sequence[dict]) -> list[int]:
+        """chat_tokens of a conversation that fits the context as a prompt."""
+        return self._check_length(self.chat_tokens(messages))
+
+    def _check_length(self, ids: list[int]) -> list[int]:
+        if not ids:
+            raise ValueError("the prompt is empty (no tokens)")
+        if len(ids) >= self.n_ctx:
+            raise ValueError(f"the prompt is {len(ids)} tokens, longer than the context "
+                             f"(n_ctx={self.n_ctx}) leaves room for; shorten it or raise n_ctx")
+        return ids
+
+    # ---- whole requests ----
+    def build(self, prompt: Any = None, *, messages: Optional[Sequence[dict]] = None, n: int = 1,
+              **sampling) -> EngineRequest:
+        """An engine request from exactly one of `prompt` (text or token ids) and `messages`
+        (a chat conversation), with `SamplingParams` fields as keyword arguments.
+
+        The seed defaults to the builder's (or a fresh random one); max_tokens (default
+        SamplingParams') is capped at what the prompt leaves of the context. Raises TypeError
+        for a prompt of the wrong type or an unknown option, ValueError for bad values.
+        """
+        if (prompt is None) == (messages is None):
+            raise TypeError("give exactly one of prompt and messages")
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"n must be an int >= 1, got {n!r}")
+        ids = self.prompt_ids(prompt) if messages is None else self.chat_ids(messages)
+        params = self.params(sampling)
+        params.max_tokens = min(params.max_tokens, self.n_ctx - len(ids))
+        return EngineRequest(ids, params, n)
+
+    def params(self, sampling: dict) -> SamplingParams:
+        """Validated SamplingParams with the default seed filled in."""
+        fields = dict(sampling)
+        if fields.get("seed") is None:
+            fields["seed"] = self.default_seed if self.default_seed is not None \
+                else int.from_bytes(os.urandom(4), "little")
+        params = SamplingParams(**fields)
+        params.validate(self.n_vocab)
+        return params

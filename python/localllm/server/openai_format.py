@@ -1,0 +1,140 @@
+"""OpenAI response shapes: whole answers and stream chunks for completions and chat
+completions, built from engine outputs. One `Completion` per HTTP request accumulates every
+choice (prompt i's choice j has index i * n + j)."""
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from ..engine import RequestOutput
+from ..tokenizer import Tokenizer
+
+__all__ = ["Completion"]
+
+
+@dataclass
+class _Choice:
+    text: list[str] = field(default_factory=list)
+    n_tokens: int = 0
+    logprobs: list[dict] = field(default_factory=list)   # engine entries: {"token", "logprob", "top"}
+    finish_reason: Optional[str] = None
+    text_len: int = 0                                     # characters emitted so far (text_offset)
+    started: bool = False                                 # chat: the role chunk was sent
+
+
+class Completion:
+    """Answer of one request. kind: "chat" or "text"; wants_logprobs: the request asked for them."""
+
+    def __init__(self, kind: str, model_id: str, tokenizer: Tokenizer, n_choices: int, prompt_tokens: int,
+                 wants_logprobs: bool, include_usage: bool = False):
+        self.kind = kind
+        self.id = ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex
+        self.created = int(time.time())
+        self.model_id = model_id
+        self.tokenizer = tokenizer
+        self.choices = [_Choice() for _ in range(n_choices)]
+        self.prompt_tokens = prompt_tokens
+        self.wants_logprobs = wants_logprobs
+        self.include_usage = include_usage
+
+    # ---- pieces ----
+    def _token(self, token: int) -> tuple[str, bytes]:
+        raw = self.tokenizer.token_to_bytes(token)
+        return raw.decode("utf-8", "replace"), raw
+
+    def _chat_logprobs(self, entries: list[dict]) -> dict:
+        content = []
+        for e in entries:
+            text, raw = self._token(e["token"])
+            top = []
+            for tid, lp in e["top"]:
+                t, b = self._token(tid)
+                top.append({"token": t, "logprob": lp, "bytes": list(b)})
+            content.append({"token": text, "logprob": e["logprob"], "bytes": list(raw), "top_logprobs": top})
+        return {"content": content}
+
+    def _text_logprobs(self, entries: list[dict], offset: int) -> dict:
+        tokens, lps, tops, offsets = [], [], [], []
+        for e in entries:
+            text, _ = self._token(e["token"])
+            tokens.append(text)
+            lps.append(e["logprob"])
+            tops.append({self._token(tid)[0]: lp for tid, lp in e["top"]})
+            offsets.append(offset)
+            offset += len(text)
+        return {"tokens": tokens, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offsets}
+
+    def _logprobs(self, entries: list[dict], offset: int) -> Optional[dict]:
+        if not self.wants_logprobs:
+            return None
+        return self._chat_logprobs(entries) if self.kind == "chat" else self._text_logprobs(entries, offset)
+
+    def usage(self) -> dict:
+        completion = sum(c.n_tokens for c in self.choices)
+        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": completion,
+                "total_tokens": self.prompt_tokens + completion}
+
+    # ---- whole answer ----
+    def add(self, index: int, out: RequestOutput) -> None:
+        c = self.choices[index]
+        c.text.append(out.text)
+        c.n_tokens += len(out.token_ids)
+        c.logprobs += out.logprobs
+        if out.finished:
+            c.finish_reason = out.finish_reason
+
+    def response(self) -> dict:
+        choices = []
+        for i, c in enumerate(self.choices):
+            text = "".join(c.text)
+            choice: dict[str, Any] = {"index": i}
+            if self.kind == "chat":
+                choice["message"] = {"role": "assistant", "content": text}
+            else:
+                choice["text"] = text
+            choice["logprobs"] = self._logprobs(c.logprobs, 0)
+            choice["finish_reason"] = c.finish_reason
+            choices.append(choice)
+        return {"id": self.id, "object": "chat.completion" if self.kind == "chat" else "text_completion",
+                "created": self.created, "model": self.model_id, "choices": choices, "usage": self.usage()}
+
+    # ---- stream ----
+    def _chunk(self, choices: list[dict]) -> dict:
+        chunk = {"id": self.id, "object": "chat.completion.chunk" if self.kind == "chat" else "text_completion",
+                 "created": self.created, "model": self.model_id, "choices": choices}
+        if self.include_usage:
+            chunk["usage"] = None
+        return chunk
+
+    def chunks(self, index: int, out: RequestOutput) -> list[dict]:
+        """The stream chunks one output makes (none when it carries nothing to say)."""
+        c = self.choices[index]
+        c.n_tokens += len(out.token_ids)
+        lp = self._logprobs(out.logprobs, c.text_len) if out.logprobs else None
+        c.text_len += len(out.text)
+        chunks = []
+        if self.kind == "chat":
+            if not c.started:
+                c.started = True
+                chunks.append(self._chunk([{"index": index, "delta": {"role": "assistant", "content": ""},
+                                            "logprobs": None, "finish_reason": None}]))
+            if out.text or lp:
+                chunks.append(self._chunk([{"index": index, "delta": {"content": out.text}, "logprobs": lp,
+                                            "finish_reason": None}]))
+            if out.finished:
+                chunks.append(self._chunk([{"index": index, "delta": {}, "logprobs": None,
+                                            "finish_reason": out.finish_reason}]))
+        elif out.text or lp or out.finished:
+            chunks.append(self._chunk([{"index": index, "text": out.text, "logprobs": lp,
+                                        "finish_reason": out.finish_reason if out.finished else None}]))
+        if out.finished:
+            c.finish_reason = out.finish_reason
+        return chunks
+
+    def usage_chunk(self) -> dict:
+        """The extra last chunk of `stream_options.include_usage`: no choices, the usage."""
+        chunk = self._chunk([])
+        chunk["usage"] = self.usage()
+        return chunk
