@@ -130,10 +130,10 @@ class LLM:
         self.n_ctx = self.plan.n_ctx if self.plan else n_ctx
         n_blocks = (self.plan.kv_blocks if self.plan else
                     (kv_blocks or -(-n_ctx // kv_block_size)) + 1)          # + the null block
-        self._model, self.tokenizer, self.chat_template = self._load_model_and_tokenizer(
+        self._model, self.tokenizer, chat_template = self._load_model_and_tokenizer(
             n_blocks, kv_block_size)
         self._model.reserve(n_batch)          # the scratch the plan counted, allocated now
-        self.requests = RequestBuilder(self.tokenizer, self.chat_template, self.n_ctx, seed)
+        self.requests = RequestBuilder(self.tokenizer, chat_template, self.n_ctx, seed)
         self._engine = Engine(self._model, self.tokenizer, self.n_ctx, max_batch_tokens=n_batch,
                               max_running=max_running)
         self._pool = self._engine.pool
