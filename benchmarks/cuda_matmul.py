@@ -12,28 +12,18 @@ the host CPU; used by tests/gpu_check.sh.
 from __future__ import annotations
 
 import argparse
-import platform
+
 
 import numpy as np
 
 from localllm import _core
 from localllm.quants import row_bytes
+from machine import cpu_model
 
 TYPES = {"F16": 1, "Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q8_0": 8, "Q4_K": 12, "Q5_K": 13, "Q6_K": 14}
 # (name, N, K): Qwen2.5-0.5B's ffn gate/up, ffn down (K = 4864 is not a whole number of
 # K-quant super-blocks: those types use the next multiple of 256) and the output head
 SHAPES = [("ffn_up", 4864, 896), ("ffn_down", 896, 4864), ("output", 151936, 896)]
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def main() -> None:
@@ -43,7 +33,7 @@ def main() -> None:
     args = ap.parse_args()
     if _core.cuda_device_count() == 0:
         raise SystemExit("no CUDA device (or _core built without CUDA)")
-    print(f"device: {_core.cuda_device_name(0)}; host: {cpu_name()}")
+    print(f"device: {_core.cuda_device_name(0)}; host: {cpu_model()}")
     rng = np.random.default_rng(0)
     print(f"{'type':6} {'shape':9} {'N':>7} {'K':>5} {'M':>4} {'path':7} {'ms':>9} {'rate':>14}")
     for name in args.types.split(","):

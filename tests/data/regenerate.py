@@ -99,6 +99,9 @@ def is_end_of_generation(llm, tok: int) -> bool:
     return bool(llama_cpp.llama_vocab_is_eog(llama_cpp.llama_model_get_vocab(llm.model), tok))
 
 
+_QUIET_LOG = None
+
+
 def perplexity(path: str, n_ctx: int) -> dict:
     """llama-perplexity's run, through llama.cpp's C API: its defaults (n_batch 2048, n_ubatch
     512, so n_batch / n_ctx chunks share one batch as separate sequences; the sliding-window cache
@@ -107,9 +110,11 @@ def perplexity(path: str, n_ctx: int) -> dict:
     import ctypes
     import numpy as np
     import llama_cpp as L
+    global _QUIET_LOG
     L.llama_backend_init()
-    quiet = L.llama_log_callback(lambda level, text, data: None)        # kept alive: C holds it
-    L.llama_log_set(quiet, ctypes.c_void_p(0))
+    if _QUIET_LOG is None:            # module-level: C keeps calling it after this function returns
+        _QUIET_LOG = L.llama_log_callback(lambda level, text, data: None)
+    L.llama_log_set(_QUIET_LOG, ctypes.c_void_p(0))
     model = L.llama_model_load_from_file(path.encode(), L.llama_model_default_params())
     vocab = L.llama_model_get_vocab(model)
     n_vocab, add_bos, bos = L.llama_vocab_n_tokens(vocab), L.llama_vocab_get_add_bos(vocab), L.llama_vocab_bos(vocab)
