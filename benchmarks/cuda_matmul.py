@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 
-
 import numpy as np
 
 from localllm import _core
