@@ -3,6 +3,7 @@
 #include <stdexcept>
 #include <string>
 #include <string.h>
+#include <unistd.h>
 
 namespace lll {
 
@@ -11,10 +12,15 @@ KVCache::KVCache(int n_layer, int64_t n_blocks, int block_size, int64_t kv_width
     if (n_layer <= 0 || n_blocks <= 0 || block_size <= 0 || kv_width <= 0)
         throw std::invalid_argument("kv cache: n_blocks and block_size must be positive (got n_blocks=" +
                                     std::to_string(n_blocks) + ", block_size=" + std::to_string(block_size) + ")");
+    // Refused before allocating when it cannot fit: zero-filling more than the machine's memory
+    // would end in the OOM killer, not an error.
     const double bytes = 2.0 * n_layer * (double)n_blocks * block_size * kv_width * sizeof(fp16_t);
-    if (bytes > 64.0 * (1ull << 30))
+    const double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    if (bytes > ram)
         throw std::invalid_argument("kv cache: " + std::to_string((long long)(bytes / (1 << 20))) +
-                                    " MiB requested; reduce n_ctx or kv blocks");
+                                    " MiB for K and V exceeds this machine's memory (" +
+                                    std::to_string((long long)(ram / (1 << 20))) +
+                                    " MiB); reduce n_ctx or kv blocks");
     const size_t n = (size_t)n_layer * n_blocks * block_size * kv_width;
     k_.assign(n, 0);
     v_.assign(n, 0);

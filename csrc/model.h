@@ -5,6 +5,7 @@
 // csrc/models/registry.cpp. Everything else (embedding, KV cache, attention, output head) is shared.
 #pragma once
 #include <stdint.h>
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -103,6 +104,9 @@ public:
 
     // Runs the batch; writes n_out rows of n_vocab logits to `logits`.
     void forward(const Batch& batch, float* logits);
+    // Set while a Python caller runs forward or copy_block: the binding refuses a second thread
+    // (scratch buffers, rope cache, KV cache and pool serve one call at a time).
+    std::atomic<bool> in_use{false};
 
     // Lookup by GGUF name with shape checks; `required` false returns an absent ref.
     WeightRef weight(const std::string& name, int64_t ne0, int64_t ne1, bool required = true) const;
