@@ -40,7 +40,7 @@ void kv_write(KVCache& kv, int layer, const float* k, const float* v, const Batc
 bool attention_avx512_available() {
 #if LLL_ATTN_AVX512
     static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-                           __builtin_cpu_supports("f16c");
+                           cpu_has_f16c();
     return ok;
 #else
     return false;
