@@ -6,7 +6,7 @@ import argparse
 import sys
 import time
 
-from .common import add_model_args, add_sampling_args, peak_rss_mb, print_stats, sampling_kwargs
+from .common import add_model_args, add_sampling_args, peak_rss_mb, print_stats, read_text_file, sampling_kwargs
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -36,8 +36,7 @@ def read_prompts(args: argparse.Namespace) -> list[str]:
         if args.lines:
             raise ValueError("--lines needs -f FILE")
         return list(args.prompt)
-    with open(args.file, encoding="utf-8") as f:
-        text = f.read()
+    text = read_text_file(args.file)
     if not args.lines:
         return [text]
     prompts = [line for line in text.splitlines() if line.strip()]
