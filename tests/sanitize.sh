@@ -3,12 +3,14 @@
 #
 #   tests/sanitize.sh                      # build into build/sanitize, run the whole suite
 #   tests/sanitize.sh tests/test_gguf.py   # or the given pytest arguments
+#   tests/sanitize.sh --fuzz fuzz_gguf.py -runs=100000   # an atheris harness of tests/fuzz instead
 #
 # _core is built with LOCALLLM_SANITIZE=address,undefined,fuzzer-no-link (the last adds the
 # coverage hooks the atheris harnesses in tests/fuzz read) into build/sanitize/python/localllm,
 # a copy of python/localllm, so the normal in-place build is left alone. The interpreter itself
 # is not instrumented: the ASan runtime is preloaded, and leak detection is off (CPython's
 # allocations at exit are not leaks of ours). Any report aborts the process: the test fails.
+# (The build is not repeated when nothing changed: ninja finds it up to date.)
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${LOCALLLM_SANITIZE_BUILD:-$REPO/build/sanitize}
@@ -33,5 +35,11 @@ export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export PYTHONPATH=$BUILD/python:$REPO/cli:$REPO/convert
 export PYTHONMALLOC=malloc   # every Python allocation through ASan's malloc, so overruns into them are seen
 cd "$REPO"
+if [ "${1:-}" = "--fuzz" ]; then
+  shift
+  harness=$1
+  shift
+  exec python3 "tests/fuzz/$harness" "$@"
+fi
 if [ "$#" -eq 0 ]; then set -- tests; fi
 exec python3 -m pytest -q -p no:cacheprovider "$@"
