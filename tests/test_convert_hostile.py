@@ -36,6 +36,15 @@ def test_config_json_not_an_object(tmp_path, text, needle):
         Checkpoint(checkpoint_dir(tmp_path, text))
 
 
+@pytest.mark.parametrize("archs", [7, "LlamaForCausalLM", [7], {"a": 1}])
+def test_architectures_not_a_list_of_names(tmp_path, archs):
+    """Fuzzer finding (fuzz_convert.py, input {"architectures": 0...}): TypeError traceback."""
+    ckpt = Checkpoint.__new__(Checkpoint)
+    ckpt.config = {"architectures": archs}
+    with pytest.raises(CheckpointError, match="'architectures' must be a list of names"):
+        ckpt.architecture
+
+
 def test_config_json_not_utf8(tmp_path):
     (tmp_path / "config.json").write_bytes(b'{"a": "\xff\xfe"}')
     with pytest.raises(CheckpointError, match="not UTF-8"):

@@ -80,7 +80,7 @@ CONCURRENT_FORWARD = """
     sys.path.insert(0, sys.argv[2])
     from test_hostile_core import prompt_batch
     model = _core.Model(sys.argv[1], 2, 40)
-    batch = prompt_batch(256)
+    batch = prompt_batch(64)
     expected = model.forward(*batch).copy()
     refused, exact, errors = [], [], []
     start = threading.Barrier(2)
@@ -103,7 +103,7 @@ CONCURRENT_FORWARD = """
     print("errors", errors)
     print("exact", len(exact), all(exact))
     print("refused", len(refused), all("already running a call in another thread" in r for r in refused))
-    hold = threading.Thread(target=lambda: model.forward(*prompt_batch(512)))
+    hold = threading.Thread(target=lambda: model.forward(*prompt_batch(256)))
     hold.start()
     try:
         for _ in range(100_000):
@@ -118,7 +118,7 @@ CONCURRENT_FORWARD = """
 def test_second_thread_in_forward_is_refused():
     """One Model serves one forward at a time: a second thread gets RuntimeError (it once hung or
     crashed), and the calls that ran give exact logits. In a subprocess: a hang fails the test."""
-    out = run_isolated(CONCURRENT_FORWARD, str(model_file(SMOL)), str(Path(__file__).parent), timeout=300)
+    out = run_isolated(CONCURRENT_FORWARD, str(model_file(SMOL)), str(Path(__file__).parent), timeout=900)
     assert out.returncode == 0, out.stderr[-2000:]
     lines = out.stdout.splitlines()
     assert lines[0] == "errors []", out.stdout

@@ -139,12 +139,15 @@ class Checkpoint:
         archs = self.config.get("architectures") or []
         if not archs:
             raise CheckpointError("config.json has no 'architectures' entry")
+        if not isinstance(archs, list) or not isinstance(archs[0], str):
+            raise CheckpointError(f"config.json: 'architectures' must be a list of names, got {archs!r:.80}")
         return archs[0]
 
     def _index_weights(self) -> dict[str, TensorRef]:
         index_path = self.dir / "model.safetensors.index.json"
         if index_path.is_file():
-            weight_map = (_read_json(index_path) or {}).get("weight_map")
+            index = _read_json(index_path)
+            weight_map = index.get("weight_map") if isinstance(index, dict) else None
             if not isinstance(weight_map, dict) or not weight_map:
                 raise CheckpointError("model.safetensors.index.json has no 'weight_map'")
             shards = sorted(set(weight_map.values()))
