@@ -29,7 +29,8 @@ KVCache::KVCache(int n_layer, int64_t n_blocks, int block_size, int64_t kv_width
 
 void KVCache::copy_block(int64_t src, int64_t dst) {
     if (src < 0 || src >= n_blocks_ || dst < 0 || dst >= n_blocks_)
-        throw std::out_of_range("kv cache: block id out of range");
+        throw std::invalid_argument("kv cache: copy_block(" + std::to_string(src) + ", " + std::to_string(dst) +
+                                    "): block ids must be in [0, " + std::to_string(n_blocks_) + ")");
     const size_t block_elems = (size_t)block_size_ * kv_width_;
     for (int l = 0; l < n_layer_; ++l) {
         memcpy(k_slot(l, dst, 0), k_slot(l, src, 0), block_elems * sizeof(fp16_t));
