@@ -120,3 +120,20 @@ def test_sigterm_during_write_leaves_no_partial_file(tmp_path):
     _, err = proc.communicate(timeout=90)
     assert proc.returncode == 128 + signal.SIGTERM, err.decode()[-2000:]
     assert list(tmp_path.iterdir()) == [], list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("tokenizer_json, needle", [
+    # fuzz_convert.py finding: an added token without "id" (KeyError traceback)
+    ({"model": {"type": "BPE", "vocab": {"a": 0}}, "added_tokens": [{"content": "<s>"}]}, "token '<s>' has id None"),
+    ({"model": {"type": "BPE", "vocab": {"a": 0}}, "added_tokens": [7]}, "needs an 'id'"),
+    ({"model": {"type": "BPE", "vocab": {"a": "zero"}}}, "has id 'zero'"),
+    ({"model": {"type": "BPE", "vocab": {"a": 10**12}}}, "has id 1000000000000"),   # would build 10^12 tokens
+    ({"model": {"type": "BPE", "vocab": {}}}, "has no tokens"),
+    ([1, 2], "must be a JSON object"),
+    ({"model": {"type": "BPE", "vocab": {"a": 0}}, "added_tokens": {"id": 1}}, "added_tokens must be a list"),
+])
+def test_tokenizer_json_checked(tokenizer_json, needle):
+    from localllm_convert.vocab import VocabError
+    from localllm_convert.vocab_bpe import load_bpe_vocab
+    with pytest.raises(VocabError, match=needle):
+        load_bpe_vocab(tokenizer_json, None)
