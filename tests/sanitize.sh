@@ -34,12 +34,12 @@ export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:halt_on_error=1:allocator_ma
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export PYTHONPATH=$BUILD/python:$REPO/cli:$REPO/convert
 export PYTHONMALLOC=malloc   # every Python allocation through ASan's malloc, so overruns into them are seen
-cd "$REPO"
-if [ "${1:-}" = "--fuzz" ]; then
+if [ "${1:-}" = "--fuzz" ]; then   # in the caller's directory: libFuzzer writes crash-* there
   shift
   harness=$1
   shift
-  exec python3 "tests/fuzz/$harness" "$@"
+  exec python3 "$REPO/tests/fuzz/$harness" "$@"
 fi
+cd "$REPO"
 if [ "$#" -eq 0 ]; then set -- tests; fi
 exec python3 -m pytest -q -p no:cacheprovider "$@"
