@@ -6,7 +6,9 @@ Properties: no exception at all for valid text; decode(encode(text)) == text wit
 parsing wherever the vocabulary covers each character of the text (SmolLM2's has no token for
 some control bytes such as 0x06, which it then drops exactly as llama.cpp's BPE does; Gemma's
 SPM has byte fallback for all, Qwen's byte-level BPE all 256 bytes); the stream decoder's chunks
-join to decode(ids); ids outside the vocabulary raise ValueError."""
+join to decode(ids), and for arbitrary ids whose bytes are valid UTF-8 they join to that text with
+nothing replaced (ids that spell invalid UTF-8 rightly give U+FFFD); ids outside the vocabulary
+raise ValueError."""
 from __future__ import annotations
 
 import sys
@@ -63,10 +65,14 @@ def check(tok: Tokenizer, text: str, ids_raw: bytes) -> None:
     try:
         tok.decode(arbitrary)
         stream = StreamDecoder(tok, skip_special=True)
-        for i in arbitrary:
-            piece = stream.feed(i)
-            assert "\ufffd" not in piece or tok.decode([i]).count("\ufffd"), (i, piece)
+        chunks = [stream.feed(i) for i in arbitrary] + [stream.flush()]
         assert all(0 <= i < tok.n_vocab for i in arbitrary)
+        try:   # ids whose bytes are valid UTF-8: whole characters only, nothing replaced
+            whole = tok.decode_bytes(arbitrary, skip_special=True).decode("utf-8")
+        except UnicodeDecodeError:
+            harness.feedback(tok.model, "invalid utf-8 ids")
+        else:
+            assert "".join(chunks) == whole and not any("\ufffd" in c for c in chunks if "\ufffd" not in whole)
     except ValueError:
         assert any(not 0 <= i < tok.n_vocab for i in arbitrary)
         harness.feedback(tok.model, "bad id")
