@@ -109,12 +109,10 @@ _BUDGET: contextvars.ContextVar[_RenderBudget] = contextvars.ContextVar("chat_re
 
 
 def _budget() -> _RenderBudget:
-    """The current render's budget (a fresh default one outside render_chat, e.g. in tests)."""
+    """The current render's budget. Outside render_chat (a template rendered some other way) a
+    fresh one per check: sizes are still bounded, time and steps are render_chat's to count."""
     budget = _BUDGET.get(None)
-    if budget is None:
-        budget = _RenderBudget(0)
-        _BUDGET.set(budget)
-    return budget
+    return budget if budget is not None else _RenderBudget(0)
 
 
 def _check_result(value: Any, what: str) -> Any:
