@@ -41,7 +41,7 @@ void kv_write(KVCache& kv, int layer, const float* k, const float* v, const Batc
 bool attention_avx512_available() {
 #if LLL_ATTN_AVX512
     static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-                           __builtin_cpu_supports("f16c");
+                           cpu_has_f16c();
     return ok && isa_available(Isa::AVX512);   // LOCALLLM_ISA may cap it
 #else
     return false;
@@ -181,6 +181,11 @@ void make_chunks(const Batch& b, const Shape& sh, std::vector<Chunk>& chunks) {
 }
 
 }  // namespace
+
+void check_attention_call(const KVCache& kv, const Batch& b, int n_head, int n_head_kv, int head_dim,
+                          int window) {
+    validate(kv, b, Shape{n_head, n_head_kv, head_dim, n_head_kv > 0 ? n_head / n_head_kv : 0, 1.0f, window});
+}
 
 void attention(ThreadPool& pool, const KVCache& kv, int layer, const float* q, float* out,
                const Batch& b, int n_head, int n_head_kv, int head_dim, float scale, int window,

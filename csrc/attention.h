@@ -41,6 +41,11 @@ void attention_ggml(ThreadPool& pool, const KVCache& kv, int layer, const float*
                     const Batch& b, int n_head, int n_head_kv, int head_dim, float scale, int window,
                     bool reference = false);
 
+// The shape and batch checks both attention paths make before touching the cache: heads that
+// divide, n_head_kv * head_dim equal to the cache's width, every token's sequence, position and
+// visible blocks inside its block table. Throws std::invalid_argument naming the problem.
+void check_attention_call(const KVCache& kv, const Batch& b, int n_head, int n_head_kv, int head_dim,
+                          int window);
 // The exp used by the softmax (scalar reference of the SIMD exp; exact same operations).
 float attention_exp(float x);
 

@@ -223,6 +223,7 @@ void attend_row_avx512(const Call& c, const float* q_row, float* out, int64_t t,
 
 void attention_ggml(ThreadPool& pool, const KVCache& kv, int layer, const float* q, float* out, const Batch& b,
                     int n_head, int n_head_kv, int head_dim, float scale, int window, bool reference) {
+    check_attention_call(kv, b, n_head, n_head_kv, head_dim, window);   // every index below relies on it
     const int64_t rows = b.n_tokens * n_head;
     const int group = n_head / n_head_kv;
     const Call call{kv, layer, b, head_dim, scale, window, b.n_tokens >= 2};

@@ -53,6 +53,24 @@ static void validate_batch(Model& m, const Batch& b) {
             throw std::invalid_argument("output row " + std::to_string(b.output_rows[r]) + " out of range");
 }
 
+// Holds Model::in_use for one call. A second thread gets a clear error instead of sharing the
+// scratch buffers and KV cache mid-call (the engine drives a model from one thread).
+class ModelInUse {
+public:
+    explicit ModelInUse(Model& m, const char* what) : m_(m) {
+        if (m_.in_use.exchange(true))
+            throw std::runtime_error(std::string("Model.") + what +
+                                     ": the model is already running a call in another thread "
+                                     "(a Model serves one forward at a time)");
+    }
+    ~ModelInUse() { m_.in_use.store(false); }
+    ModelInUse(const ModelInUse&) = delete;
+    ModelInUse& operator=(const ModelInUse&) = delete;
+
+private:
+    Model& m_;
+};
+
 static py::array_t<float> forward(Model& m, I32 tokens, I32 positions, I32 seq_of_token,
                                   I32 block_tables, I32 output_rows, py::object out_obj) {
     if (tokens.ndim() != 1 || positions.ndim() != 1 || seq_of_token.ndim() != 1 || output_rows.ndim() != 1)
@@ -84,6 +102,7 @@ static py::array_t<float> forward(Model& m, I32 tokens, I32 positions, I32 seq_o
     }
     float* out = logits.mutable_data();
     {
+        ModelInUse guard(m, "forward");
         py::gil_scoped_release release;
         m.forward(b, out);
     }
@@ -194,7 +213,10 @@ void register_model(py::module_& m) {
                  if (n_tokens < 1) throw std::invalid_argument("reserve: n_tokens must be >= 1");
                  self.reserve(n_tokens);
              }, py::arg("n_tokens"), "Allocate the scratch of batches of up to n_tokens tokens now.")
-        .def("copy_block", [](Model& self, int64_t src, int64_t dst) { self.kv().copy_block(src, dst); },
+        .def("copy_block", [](Model& self, int64_t src, int64_t dst) {
+                 ModelInUse guard(self, "copy_block");
+                 self.kv().copy_block(src, dst);
+             },
              py::arg("src"), py::arg("dst"), "Copy one KV block's contents in every layer (copy-on-write).");
     m.def("supported_architectures", &supported_archs);
 }

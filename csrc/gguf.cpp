@@ -100,10 +100,34 @@ void require_room(uint64_t count, uint64_t min_bytes, uint64_t remaining, const 
                         u64s(remaining) + " remain in the file");
 }
 
-GGUFValue parse_value(Cursor& cur, uint32_t type_id, int depth);
+// The memory the parsed index may take: the vectors of views, nested values, key and tensor
+// entries that are not the file's own bytes. A file of 3.8 M empty nested arrays (46 MB) once
+// took 1 GB to open and convert; every container is charged here before it is sized, so the
+// index never needs more than the file's size plus kSlack.
+class IndexBudget {
+  public:
+    explicit IndexBudget(uint64_t file_size) : limit_(file_size + kSlack) {}
+    void charge(uint64_t count, uint64_t bytes_each, const std::string& what) {
+        uint64_t bytes;
+        if (__builtin_mul_overflow(count, bytes_each, &bytes) || __builtin_add_overflow(used_, bytes, &used_) ||
+            used_ > limit_)
+            throw GGUFError(what + "=" + u64s(count) + " would need more memory to index than the file's size " +
+                            "allows (limit: file size + 16 MiB = " + u64s(limit_) + " bytes)");
+    }
+
+  private:
+    static constexpr uint64_t kSlack = 16ull << 20;
+    uint64_t limit_;
+    uint64_t used_ = 0;
+};
+
+// What one entry of the key and tensor indexes costs beyond its vector slot: a hash node.
+constexpr uint64_t kHashNodeBytes = 48;
+
+GGUFValue parse_value(Cursor& cur, IndexBudget& budget, uint32_t type_id, int depth);
 
 // An array whose own nesting level is `depth` (1 for an array that is a key's value).
-GGUFValue parse_array(Cursor& cur, int depth) {
+GGUFValue parse_array(Cursor& cur, IndexBudget& budget, int depth) {
     GGUFValue v;
     v.type = GGUFValueType::ARRAY;
     const uint32_t elem_id = cur.read<uint32_t>("array element type");
@@ -129,20 +153,22 @@ GGUFValue parse_array(Cursor& cur, int depth) {
                                     " (must be 0 or 1)");
         }
     } else if (v.elem_type == GGUFValueType::STRING) {
+        budget.charge(v.count, sizeof(std::string_view), "array count of STRING");
         v.strings.reserve(static_cast<size_t>(v.count));
         for (uint64_t i = 0; i < v.count; ++i) v.strings.push_back(cur.read_string("array string"));
     } else {
+        budget.charge(v.count, sizeof(GGUFValue), "array count of ARRAY");
         v.arrays.reserve(static_cast<size_t>(v.count));
-        for (uint64_t i = 0; i < v.count; ++i) v.arrays.push_back(parse_array(cur, depth + 1));
+        for (uint64_t i = 0; i < v.count; ++i) v.arrays.push_back(parse_array(cur, budget, depth + 1));
     }
     return v;
 }
 
-GGUFValue parse_value(Cursor& cur, uint32_t type_id, int depth) {
+GGUFValue parse_value(Cursor& cur, IndexBudget& budget, uint32_t type_id, int depth) {
     if (type_id >= kGGUFValueTypeCount)
         throw GGUFError("unknown metadata value type id " + u64s(type_id) + " (valid: 0..12)");
     const auto type = static_cast<GGUFValueType>(type_id);
-    if (type == GGUFValueType::ARRAY) return parse_array(cur, depth + 1);
+    if (type == GGUFValueType::ARRAY) return parse_array(cur, budget, depth + 1);
     GGUFValue v;
     v.type = type;
     if (type == GGUFValueType::STRING) {
@@ -221,7 +247,7 @@ uint64_t GGUFTensor::row_bytes() const {
 // Fills a GGUFFile section by section; every method throws GGUFError on malformed input.
 class GGUFParser {
   public:
-    GGUFParser(GGUFFile& f) : f_(f), cur_(f.base_, f.size_) {}
+    GGUFParser(GGUFFile& f) : f_(f), cur_(f.base_, f.size_), budget_(f.size_) {}
 
     void parse() {
         parse_header();
@@ -234,6 +260,7 @@ class GGUFParser {
   private:
     void parse_header();
     void parse_metadata();
+    std::string_view read_key();
     void resolve_alignment();
     void parse_tensor_infos();
     void parse_one_tensor_info(GGUFTensor& t);
@@ -241,6 +268,7 @@ class GGUFParser {
 
     GGUFFile& f_;
     Cursor cur_;
+    IndexBudget budget_;
     uint64_t n_tensors_ = 0;
     uint64_t n_kv_ = 0;
 };
@@ -266,6 +294,8 @@ void GGUFParser::parse_header() {
         n_kv_ = cur_.read<uint64_t>("n_kv");
         require_room(n_kv_, kMinKVBytes, cur_.remaining(), "n_kv");
         require_room(n_tensors_, kMinTensorInfoBytes, cur_.remaining(), "n_tensors");
+        budget_.charge(n_kv_, sizeof(GGUFKeyValue) + kHashNodeBytes, "n_kv");
+        budget_.charge(n_tensors_, sizeof(GGUFTensor) + kHashNodeBytes, "n_tensors");
     } catch (const GGUFError& e) {
         throw GGUFError(std::string("gguf: header: ") + e.what());
     }
@@ -276,7 +306,11 @@ void GGUFParser::parse_metadata() {
     for (uint64_t i = 0; i < n_kv_; ++i) {
         std::string_view key;
         try {
-            key = cur_.read_string("key");
+            key = read_key();
+        } catch (const GGUFError& e) {   // no key to name: its own length or bytes are the problem
+            throw GGUFError("gguf: metadata entry #" + u64s(i) + ": " + e.what());
+        }
+        try {
             if (key.empty()) throw GGUFError("empty key");
             if (!is_valid_utf8(reinterpret_cast<const uint8_t*>(key.data()), key.size()))
                 throw GGUFError("key is not valid UTF-8");
@@ -284,7 +318,7 @@ void GGUFParser::parse_metadata() {
             if (dup != f_.kv_index_.end())
                 throw GGUFError("duplicate key (first defined by entry #" + u64s(dup->second) + ")");
             const uint32_t type_id = cur_.read<uint32_t>("value type");
-            GGUFValue value = parse_value(cur_, type_id, 0);
+            GGUFValue value = parse_value(cur_, budget_, type_id, 0);
             f_.kv_index_.emplace(key, f_.kv_.size());
             f_.kv_.push_back(GGUFKeyValue{key, std::move(value)});
         } catch (const GGUFError& e) {
@@ -293,6 +327,12 @@ void GGUFParser::parse_metadata() {
         }
     }
 }
+
+// The key of the next metadata entry, read in its own try block in parse_metadata: the handler
+// that quotes the key then only sees keys read whole. (With the read in the same block as that
+// handler, the optimized build quoted a key of length ~2^63 from process memory when its length
+// field was near 2^63 and the read had thrown.)
+std::string_view GGUFParser::read_key() { return cur_.read_string("key"); }
 
 void GGUFParser::resolve_alignment() {
     const GGUFValue* a = f_.find("general.alignment");
@@ -329,6 +369,7 @@ void GGUFParser::parse_one_tensor_info(GGUFTensor& t) {
     if (name.empty()) throw GGUFError("empty name");
     if (!is_valid_utf8(reinterpret_cast<const uint8_t*>(name.data()), name.size()))
         throw GGUFError("name " + quoted(name) + " is not valid UTF-8");
+    budget_.charge(name.size(), 1, "tensor name length");   // the name is copied out of the mapping
     t.name.assign(name.data(), name.size());
     auto dup = f_.tensor_index_.find(name);
     if (dup != f_.tensor_index_.end())
@@ -359,10 +400,15 @@ void GGUFParser::parse_one_tensor_info(GGUFTensor& t) {
     if (t.ne[0] % tt->block_elems != 0)
         throw GGUFError("ne[0]=" + std::to_string(t.ne[0]) + " is not a multiple of the " + tt->name +
                         " block size " + std::to_string(tt->block_elems));
-    // Rows of ne[0] elements; the row count cannot overflow because n_elements did not.
+    // Rows of ne[0] elements; the row count cannot overflow because n_elements did not, but a
+    // row's bytes can (ne[0] = 2^62 F32 is 2^64 bytes, which wrapped to a size of 0).
     const uint64_t n_rows = static_cast<uint64_t>(t.ne[1] * t.ne[2] * t.ne[3]);
-    if (__builtin_mul_overflow(t.row_bytes(), n_rows, &t.nbytes))
-        throw GGUFError("byte size overflows uint64");
+    uint64_t row_bytes;
+    if (__builtin_mul_overflow(static_cast<uint64_t>(t.ne[0] / tt->block_elems),
+                               static_cast<uint64_t>(tt->block_bytes), &row_bytes) ||
+        __builtin_mul_overflow(row_bytes, n_rows, &t.nbytes))
+        throw GGUFError("byte size of ne[0]=" + std::to_string(t.ne[0]) + " x " + u64s(n_rows) +
+                        " rows of " + tt->name + " overflows uint64");
     t.offset = cur_.read<uint64_t>("offset");
     f_.tensor_index_.emplace(name, f_.tensors_.size());
 }

@@ -6,14 +6,28 @@
 #include <string>
 #include "quants/dot_impl.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 namespace lll {
+
+// CPUID leaf 1, ECX bit 29. Asked directly: clang (14) does not know "f16c" as a
+// __builtin_cpu_supports feature, and the sanitizer build (tests/sanitize.sh) uses clang.
+bool cpu_has_f16c() {
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned eax, ebx, ecx, edx;
+    return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C);
+#else
+    return false;
+#endif
+}
 
 namespace {
 
 bool cpu_has_avx2() {
 #if defined(__x86_64__) || defined(__i386__)
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
 #else
     return false;
 #endif

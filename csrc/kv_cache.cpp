@@ -2,6 +2,7 @@
 #include "kv_cache.h"
 #include <stdexcept>
 #include <string>
+#include <unistd.h>
 
 namespace lll {
 
@@ -15,10 +16,17 @@ KVCache::KVCache(const std::vector<Backend*>& layer_backends, int64_t n_blocks, 
     if (n_layer <= 0 || n_blocks <= 0 || block_size <= 0 || kv_width <= 0)
         throw std::invalid_argument("kv cache: n_blocks and block_size must be positive (got n_blocks=" +
                                     std::to_string(n_blocks) + ", block_size=" + std::to_string(block_size) + ")");
-    const double bytes = 2.0 * n_layer * (double)n_blocks * block_size * kv_width * sizeof(fp16_t);
-    if (bytes > 64.0 * (1ull << 30))
+    // Refused before allocating when the host's share cannot fit: more than the machine's memory
+    // would end in the OOM killer, not an error (a device backend's alloc reports its own OOM).
+    int host_layers = 0;
+    for (const Backend* b : layer_backends) host_layers += b->placement() == Placement::CPU;
+    const double bytes = (double)host_layers * (double)layer_bytes(n_blocks, block_size, kv_width);
+    const double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    if (bytes > ram)
         throw std::invalid_argument("kv cache: " + std::to_string((long long)(bytes / (1 << 20))) +
-                                    " MiB requested; reduce n_ctx or kv blocks");
+                                    " MiB for K and V exceeds this machine's memory (" +
+                                    std::to_string((long long)(ram / (1 << 20))) +
+                                    " MiB); reduce n_ctx or kv blocks");
     const size_t half = layer_bytes(n_blocks, block_size, kv_width) / 2;
     for (int l = 0; l < n_layer; ++l) {
         storage_.push_back(backends_[l]->alloc(2 * half, MemKind::KV, "KV cache of layer " + std::to_string(l)));
@@ -35,7 +43,8 @@ size_t KVCache::bytes() const {
 
 void KVCache::copy_block(int64_t src, int64_t dst) {
     if (src < 0 || src >= n_blocks_ || dst < 0 || dst >= n_blocks_)
-        throw std::out_of_range("kv cache: block id out of range");
+        throw std::invalid_argument("kv cache: copy_block(" + std::to_string(src) + ", " + std::to_string(dst) +
+                                    "): block ids must be in [0, " + std::to_string(n_blocks_) + ")");
     const size_t block_bytes = (size_t)block_size_ * kv_width_ * sizeof(fp16_t);
     for (size_t l = 0; l < backends_.size(); ++l) {
         backends_[l]->copy(k_slot((int)l, dst, 0), k_slot((int)l, src, 0), block_bytes);

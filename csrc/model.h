@@ -5,6 +5,7 @@
 // csrc/models/registry.cpp. Everything else (embedding, KV cache, attention, output head) is shared.
 #pragma once
 #include <stdint.h>
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -124,6 +125,9 @@ public:
     void forward(const Batch& batch, float* logits);
     // Scratch on every backend for batches of up to T tokens (forward grows it as needed).
     void reserve(int64_t T);
+    // Set while a Python caller runs forward or copy_block: the binding refuses a second thread
+    // (scratch buffers, rope cache, KV cache and pool serve one call at a time).
+    std::atomic<bool> in_use{false};
 
 private:
     std::shared_ptr<GGUFFile> file_;

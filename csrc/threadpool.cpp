@@ -18,6 +18,8 @@
 #include <memory>
 #include <mutex>
 #include <stdexcept>
+#include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -34,6 +36,9 @@ namespace {
 // ~50-100 us of polling with pause (pause is ~40-140 cycles on recent Intel cores): long enough
 // to cover the gap between consecutive kernels of one token, short enough not to burn a core.
 constexpr int kSpinIters = 2000;
+// More threads than any machine has cores: a request beyond it is a mistake, refused before the
+// per-thread state is allocated.
+constexpr int kMaxThreads = 4096;
 }  // namespace
 
 struct ThreadPool::Impl {
@@ -95,24 +100,41 @@ struct ThreadPool::Impl {
 };
 
 ThreadPool::ThreadPool(int n_threads) : impl_(new Impl) {
-    if (n_threads < 1) {
+    if (n_threads < 1 || n_threads > kMaxThreads) {
         delete impl_;
-        throw std::invalid_argument("ThreadPool: n_threads must be >= 1");
+        throw std::invalid_argument("ThreadPool: n_threads must be in 1.." + std::to_string(kMaxThreads) +
+                                    ", got " + std::to_string(n_threads));
     }
     impl_->n_threads = n_threads;
     impl_->taken.reset(new std::atomic<int>[n_threads]);
     for (int i = 0; i < n_threads; ++i) impl_->taken[i].store(1);
     impl_->workers.reserve(n_threads - 1);
-    for (int i = 1; i < n_threads; ++i) impl_->workers.emplace_back([this, i] { impl_->worker_main(i); });
+    for (int i = 1; i < n_threads; ++i) {
+        try {
+            impl_->workers.emplace_back([this, i] { impl_->worker_main(i); });
+        } catch (const std::system_error& e) {
+            // The OS refused a thread (limits on threads, processes or address space): the ones
+            // already running are stopped and joined, so nothing outlives the failed pool.
+            stop_and_join();
+            delete impl_;
+            throw std::runtime_error("ThreadPool: could not start thread " + std::to_string(i + 1) + " of " +
+                                     std::to_string(n_threads) + " (" + e.what() +
+                                     "); use fewer threads");
+        }
+    }
 }
 
-ThreadPool::~ThreadPool() {
+void ThreadPool::stop_and_join() {
     {
         std::lock_guard<std::mutex> lock(impl_->mu);
         impl_->stop.store(true, std::memory_order_seq_cst);
     }
     impl_->wake.notify_all();
     for (auto& t : impl_->workers) t.join();
+}
+
+ThreadPool::~ThreadPool() {
+    stop_and_join();
     delete impl_;
 }
 

@@ -16,6 +16,7 @@ public:
     // returns when all have finished. Not re-entrant.
     void run(const std::function<void(int ith, int nth)>& fn);
 private:
+    void stop_and_join();
     struct Impl;
     Impl* impl_;
 };

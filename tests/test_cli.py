@@ -58,3 +58,20 @@ def test_invalid_sampling_value_is_a_clear_error():
     proc = localllm("run", "-m", str(model_file("smollm2-135m-q4_1")), "-p", "hi", "--top-p", "1.5",
                     check=False)
     assert proc.returncode == 1 and "top_p" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_prompt_file_reads_are_bounded():
+    """`-f /dev/zero` is refused after MAX_TEXT_FILE_BYTES, with the file named (it once read
+    until MemoryError)."""
+    for cmd in (["run", "-f", "/dev/zero"], ["perplexity", "-f", "/dev/zero"]):
+        proc = localllm(*cmd, "-m", str(model_file("smollm2-135m-q4_1")), check=False)
+        assert proc.returncode != 0
+        assert "/dev/zero: more than 256 MiB; text files are read whole" in proc.stderr, proc.stderr
+        assert "Traceback" not in proc.stderr
+
+
+def test_prompt_file_not_utf8(tmp_path):
+    f = tmp_path / "prompt.bin"
+    f.write_bytes(b"Hello \xff\xfe world")
+    proc = localllm("run", "-m", str(model_file("smollm2-135m-q4_1")), "-f", str(f), check=False)
+    assert proc.returncode != 0 and "not UTF-8 text (byte 6" in proc.stderr, proc.stderr

@@ -363,6 +363,13 @@ BAD_FILES = {  # name: (image, substring the error must contain)
     "tensor offset overflows": (build(tensors=[tinfo("a", [4], QT.F32, 2**64 - 32)]),
                                 "runs past end of file"),
     "tensor bytes past EOF": (build(tensors=[tinfo("a", [2**40], QT.F32, 0)]), "runs past end of file"),
+    "row bytes overflow (2^62 F32)": (build(tensors=[tinfo("a", [2**62], QT.F32, 0)]),
+                                      "byte size of ne[0]=4611686018427387904"),
+    "row bytes wrap to a small size": (build(tensors=[tinfo("a", [2**62 + 1], QT.F32, 0)]),
+                                       "overflows uint64"),
+    "empty nested arrays past the memory bound": (
+        build(kvs=[kv("k", VT.ARRAY, array(VT.ARRAY, 400_000, array(VT.UINT8, 0, b"") * 400_000))],
+              tensors=[], data=b""), "array count of ARRAY=400000 would need more memory"),
     "overlapping tensors": (build(tensors=[tinfo("a", [16], QT.F32, 0), tinfo("b", [8], QT.F32, 32)],
                                   data=b"\0" * 96), "overlap"),
 }
@@ -503,3 +510,22 @@ def test_huge_declared_counts_do_not_allocate(tmp_path):
     assert len(lines) == len(paths), out.stdout + out.stderr
     for line in lines:
         assert line.startswith("GGUFError") and "remain in the file" in line, line
+
+
+@pytest.mark.parametrize("length", [2**63 - 8, 2**63 - 1, 2**63, 2**63 + 1, 2**64 - 1])
+def test_key_length_near_2_63_names_no_key(tmp_path, length):
+    """A key length near 2^63 is refused by its length alone; the message quotes no key (it once
+    quoted about 2^63 bytes of process memory as the key's name)."""
+    raw = build(kvs=[gstr("k", length=length) + struct.pack("<I", VT.UINT32) + b"\0" * 4])
+    with pytest.raises(GGUFError) as info:
+        open_bytes(tmp_path, raw)
+    assert str(info.value).endswith(f"metadata entry #0: key length {length} exceeds the 1 GiB limit")
+
+
+def test_index_memory_is_bounded_by_the_file_size(tmp_path):
+    """A file of many keys whose values are empty arrays costs more to index than it holds:
+    refused before the index is built (a 46 MB such file once took 1 GB)."""
+    n = 400_000
+    keys = [kv(f"k{i}", VT.ARRAY, array(VT.UINT8, 0, b"")) for i in range(n)]
+    with pytest.raises(GGUFError, match=f"n_kv={n} would need more memory to index"):
+        open_bytes(tmp_path, build(kvs=keys, tensors=[], data=b""))

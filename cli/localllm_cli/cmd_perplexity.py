@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .common import add_model_args, load_llm
+from .common import add_model_args, load_llm, read_text_file
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -17,9 +17,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from localllm.perplexity import perplexity
+    text = read_text_file(args.file)
     llm = load_llm(args)
-    with open(args.file, encoding="utf-8") as f:
-        text = f.read()
 
     def progress(done: int, total: int, ppl: float) -> None:
         print(f"[{done}/{total}] {ppl:.4f}", file=sys.stderr, flush=True)

@@ -7,7 +7,7 @@ import sys
 import time
 
 from .common import (add_model_args, add_sampling_args, device_kwargs, peak_rss_mb, print_stats,
-                     sampling_kwargs)
+                     read_text_file, sampling_kwargs)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -37,8 +37,7 @@ def read_prompts(args: argparse.Namespace) -> list[str]:
         if args.lines:
             raise ValueError("--lines needs -f FILE")
         return list(args.prompt)
-    with open(args.file, encoding="utf-8") as f:
-        text = f.read()
+    text = read_text_file(args.file)
     if not args.lines:
         return [text]
     prompts = [line for line in text.splitlines() if line.strip()]

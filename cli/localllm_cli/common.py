@@ -91,6 +91,23 @@ def load_llm(args: argparse.Namespace):
                **device_kwargs(args))
 
 
+# Prompt and text files are read whole; anything larger is a mistake (`-f /dev/zero` once ran
+# to MemoryError), refused after reading one byte past the bound.
+MAX_TEXT_FILE_BYTES = 256 << 20
+
+
+def read_text_file(path: str) -> str:
+    """A UTF-8 text file of at most MAX_TEXT_FILE_BYTES (ValueError naming the file otherwise)."""
+    with open(path, "rb") as f:
+        data = f.read(MAX_TEXT_FILE_BYTES + 1)
+    if len(data) > MAX_TEXT_FILE_BYTES:
+        raise ValueError(f"{path}: more than {MAX_TEXT_FILE_BYTES >> 20} MiB; text files are read whole")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 text (byte {e.start}: {e.reason})") from None
+
+
 def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0   # Linux: KiB
 

@@ -57,6 +57,10 @@ def _read_json(path: Path) -> Any:
             return json.load(f)
     except json.JSONDecodeError as e:
         raise CheckpointError(f"{path.name} is not valid JSON: {e}") from None
+    except UnicodeDecodeError as e:
+        raise CheckpointError(f"{path.name} is not UTF-8 text: {e}") from None
+    except RecursionError:
+        raise CheckpointError(f"{path.name} nests too deeply to parse") from None
 
 
 def _header(path: Path) -> tuple[dict[str, Any], int]:
@@ -70,8 +74,10 @@ def _header(path: Path) -> tuple[dict[str, Any], int]:
             raise CheckpointError(f"{path.name} is not a safetensors file (header size {n})")
         try:
             header = json.loads(f.read(n))
-        except (json.JSONDecodeError, UnicodeDecodeError):
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
             raise CheckpointError(f"{path.name} is not a safetensors file (bad header)") from None
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{path.name} is not a safetensors file (header is not a JSON object)")
     return header, 8 + n
 
 
@@ -110,7 +116,10 @@ class Checkpoint:
         config_path = self.dir / "config.json"
         if not config_path.is_file():
             raise CheckpointError(f"{self.dir} has no config.json (not a Hugging Face checkpoint)")
-        self.config: dict[str, Any] = _read_json(config_path)
+        config = _read_json(config_path)
+        if not isinstance(config, dict):
+            raise CheckpointError(f"{config_path.name} must be a JSON object, got a JSON {type(config).__name__}")
+        self.config: dict[str, Any] = config
         self.tensors: dict[str, TensorRef] = self._index_weights()
         self._json_cache: dict[str, Any] = {}
 
@@ -130,12 +139,15 @@ class Checkpoint:
         archs = self.config.get("architectures") or []
         if not archs:
             raise CheckpointError("config.json has no 'architectures' entry")
+        if not isinstance(archs, list) or not isinstance(archs[0], str):
+            raise CheckpointError(f"config.json: 'architectures' must be a list of names, got {archs!r:.80}")
         return archs[0]
 
     def _index_weights(self) -> dict[str, TensorRef]:
         index_path = self.dir / "model.safetensors.index.json"
         if index_path.is_file():
-            weight_map = (_read_json(index_path) or {}).get("weight_map")
+            index = _read_json(index_path)
+            weight_map = index.get("weight_map") if isinstance(index, dict) else None
             if not isinstance(weight_map, dict) or not weight_map:
                 raise CheckpointError("model.safetensors.index.json has no 'weight_map'")
             shards = sorted(set(weight_map.values()))

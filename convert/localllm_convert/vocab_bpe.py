@@ -103,13 +103,49 @@ def _merges(model: dict[str, Any]) -> list[str]:
     for m in merges:
         if isinstance(m, str):
             out.append(m)
-        elif isinstance(m, list) and len(m) == 2:
+        elif isinstance(m, list) and len(m) == 2 and all(isinstance(part, str) for part in m):
             # the list form may hold spaces inside a part: GGUF merges are space-separated, so
             # a space is written as U+0120 ('Ġ'), the byte-level spelling of ' '
             out.append(" ".join(part.replace(" ", "\u0120") for part in m))
         else:
             raise VocabError(f"tokenizer.json: unknown merges format {m!r}")
     return out
+
+
+# More ids than any vocabulary has (the largest are ~262k): an id beyond it is a broken file,
+# refused before a list of that many placeholder tokens is built.
+MAX_TOKEN_ID = 1 << 24
+
+
+def _token_id(value: Any, token: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < MAX_TOKEN_ID:
+        raise VocabError(f"tokenizer.json: token {token!r:.40} has id {value!r:.40}; ids are integers in "
+                         f"[0, {MAX_TOKEN_ID})")
+    return value
+
+
+def _checked_tokens(tokenizer_json: Any) -> tuple[dict[str, Any], dict[int, str], dict[int, dict]]:
+    """The BPE model, its tokens by id and the added tokens by id, each checked for its JSON type
+    (fuzz_convert.py found an added token without an id ending in a KeyError traceback)."""
+    if not isinstance(tokenizer_json, dict):
+        raise VocabError("tokenizer.json must be a JSON object")
+    model = tokenizer_json.get("model") or {}
+    if not isinstance(model, dict) or model.get("type") != "BPE" or not isinstance(model.get("vocab"), dict):
+        raise VocabError("tokenizer.json does not hold a BPE model with a vocab")
+    by_id = {_token_id(i, tok): tok for tok, i in model["vocab"].items()}
+    added_tokens = tokenizer_json.get("added_tokens") or []
+    if not isinstance(added_tokens, list):
+        raise VocabError("tokenizer.json: added_tokens must be a list")
+    added: dict[int, dict] = {}
+    for a in added_tokens:
+        if not isinstance(a, dict) or not isinstance(a.get("content"), str):
+            raise VocabError(f"tokenizer.json: added token {a!r:.80} needs an 'id' and a string 'content'")
+        added[_token_id(a.get("id"), a["content"])] = a
+    for i, a in added.items():
+        by_id[i] = a["content"]
+    if not by_id:
+        raise VocabError("tokenizer.json has no tokens")
+    return model, by_id, added
 
 
 def load_bpe_vocab(tokenizer_json: dict[str, Any], vocab_size: int | None,
@@ -119,13 +155,7 @@ def load_bpe_vocab(tokenizer_json: dict[str, Any], vocab_size: int | None,
     Ids missing from the tokenizer up to ``vocab_size`` (the embedding rows) become
     ``[PAD<id>]`` UNUSED tokens, as llama.cpp writes them.
     """
-    model = tokenizer_json.get("model") or {}
-    if model.get("type") != "BPE" or not isinstance(model.get("vocab"), dict):
-        raise VocabError("tokenizer.json does not hold a BPE model with a vocab")
-    by_id: dict[int, str] = {int(i): tok for tok, i in model["vocab"].items()}
-    added = {int(a["id"]): a for a in tokenizer_json.get("added_tokens") or []}
-    for i, a in added.items():
-        by_id[i] = a["content"]
+    model, by_id, added = _checked_tokens(tokenizer_json)
     n = max(by_id) + 1
     if vocab_size is not None:
         if n > vocab_size:

@@ -4,12 +4,15 @@ Only a couple of tensors are in memory at a time: the one being encoded and the 
 ahead on a background thread. Encoding (float conversion or quantization) splits a tensor's rows
 into chunks that a thread pool runs in parallel (the native quantizers release the GIL). The
 file is written to a hidden temporary file beside the output and renamed over it only when
-complete, so an error or Ctrl-C never leaves a partial output behind.
+complete, so an error, Ctrl-C or SIGTERM never leaves a partial output behind.
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,6 +74,26 @@ def _progress_bar(total: int, enabled: bool | None, desc: str):
                 disable=not enabled, dynamic_ncols=True, leave=True)
 
 
+@contextlib.contextmanager
+def _sigterm_raises():
+    """While writing, SIGTERM (and SIGHUP) raise SystemExit in the main thread instead of
+    killing the process outright, so the cleanup below removes the temporary file. Signal
+    handlers belong to the main thread: elsewhere this changes nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminate(signum, frame):
+        raise SystemExit(128 + signum)
+
+    previous = {sig: signal.signal(sig, terminate) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def _temp_path(out: Path) -> Path:
     return out.with_name(f".{out.name}.{os.getpid()}.partial")
 
@@ -95,8 +118,14 @@ def write_gguf(out_path: str | os.PathLike, arch: str, add_metadata: Callable[[o
     if not out.parent.is_dir():
         raise FileNotFoundError(f"output directory {out.parent} does not exist")
     tmp = _temp_path(out)
-    writer = gguf.GGUFWriter(tmp, arch)
     n_threads = max(1, threads or default_threads())
+    with _sigterm_raises():
+        return _write_to_temp(gguf.GGUFWriter(tmp, arch), tmp, out, add_metadata, tensors, n_threads, progress)
+
+
+def _write_to_temp(writer, tmp: Path, out: Path, add_metadata: Callable[[object], None],
+                   tensors: Sequence[OutputTensor], n_threads: int, progress: bool | None) -> int:
+    """Everything into ``tmp``, renamed to ``out`` when complete; ``tmp`` removed otherwise."""
     try:
         add_metadata(writer)
         for t in tensors:

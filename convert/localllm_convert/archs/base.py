@@ -72,6 +72,21 @@ def register(*hf_names: str):
     return wrap
 
 
+def _json_object(value: Any, key: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise CheckpointError(f"config.json: {key} must be a JSON object, got {value!r:.80}")
+    return dict(value)
+
+
+def rope_number(rope: dict[str, Any], key: str, kind: str) -> float:
+    """A number the rope scaling of type ``kind`` needs (CheckpointError when absent or not one)."""
+    value = rope.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise CheckpointError(f"config.json: rope scaling of type {kind!r} needs a positive number "
+                              f"{key!r}, got {value!r:.80}")
+    return value
+
+
 def supported_architectures() -> list[str]:
     return sorted(REGISTRY)
 
@@ -137,9 +152,9 @@ class ArchConverter:
 
     def rope_parameters(self) -> dict[str, Any]:
         """rope_theta and scaling, from ``rope_parameters`` (transformers 5) or the old keys."""
-        params = dict(self.config.get("rope_parameters") or {})
+        params = _json_object(self.config.get("rope_parameters") or {}, "rope_parameters")
         if "full_attention" in params:       # per-layer-type parameters (gemma3)
-            params = dict(params["full_attention"])
+            params = _json_object(params["full_attention"], "rope_parameters.full_attention")
         if "rope_theta" not in params and "rope_theta" in self.config:
             params["rope_theta"] = self.config["rope_theta"]
         scaling = self.config.get("rope_scaling")

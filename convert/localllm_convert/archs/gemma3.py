@@ -12,7 +12,7 @@ import logging
 import gguf
 
 from ..checkpoint import CheckpointError
-from .base import ArchConverter, PlannedTensor, register
+from .base import ArchConverter, PlannedTensor, register, rope_number
 
 __all__ = ["Gemma3Converter", "SWA_PATTERN"]
 
@@ -88,7 +88,7 @@ class Gemma3Converter(ArchConverter):
         kind = rope.get("rope_type") or "default"
         if kind == "linear":
             w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
-            w.add_rope_scaling_factor(float(rope["factor"]))
+            w.add_rope_scaling_factor(float(rope_number(rope, "factor", kind)))
         elif kind != "default":
             raise CheckpointError(f"unsupported rope scaling type {kind!r} for gemma3")
 

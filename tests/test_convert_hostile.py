@@ -1,0 +1,139 @@
+"""The converter's readers on malformed input, and SIGTERM during a write (issue 17): each must
+end in a CheckpointError naming the problem (or a clean exit), never a traceback or a stray
+temporary file."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from localllm_convert.archs.base import ArchConverter
+from localllm_convert.checkpoint import Checkpoint, CheckpointError
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def checkpoint_dir(tmp_path: Path, config_text: str) -> Path:
+    (tmp_path / "config.json").write_text(config_text, encoding="utf-8")
+    return tmp_path
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("[1, 2]", "config.json must be a JSON object, got a JSON list"),
+    ('"llama"', "config.json must be a JSON object, got a JSON str"),
+    ("null", "config.json must be a JSON object, got a JSON NoneType"),
+    ("[" * 100_000 + "]" * 100_000, "nests too deeply"),
+])
+def test_config_json_not_an_object(tmp_path, text, needle):
+    with pytest.raises(CheckpointError, match=needle):
+        Checkpoint(checkpoint_dir(tmp_path, text))
+
+
+@pytest.mark.parametrize("archs", [7, "LlamaForCausalLM", [7], {"a": 1}])
+def test_architectures_not_a_list_of_names(tmp_path, archs):
+    """Fuzzer finding (fuzz_convert.py, input {"architectures": 0...}): TypeError traceback."""
+    ckpt = Checkpoint.__new__(Checkpoint)
+    ckpt.config = {"architectures": archs}
+    with pytest.raises(CheckpointError, match="'architectures' must be a list of names"):
+        ckpt.architecture
+
+
+def test_config_json_not_utf8(tmp_path):
+    (tmp_path / "config.json").write_bytes(b'{"a": "\xff\xfe"}')
+    with pytest.raises(CheckpointError, match="not UTF-8"):
+        Checkpoint(tmp_path)
+
+
+class _Rope(ArchConverter):
+    """Only rope_parameters() of the base class, on a bare config (no checkpoint needed)."""
+
+    def __init__(self, config: dict):
+        self.config = config
+
+
+BAD_SCALING = [{"rope_type": "yarn"}, {"rope_type": "linear"},
+               {"rope_type": "yarn", "factor": "x", "original_max_position_embeddings": 4096},
+               {"rope_type": "linear", "factor": [2]}]
+
+
+@pytest.mark.parametrize("arch_module, cls_name, scaling",
+                         [("llama", "LlamaConverter", s) for s in BAD_SCALING] +
+                         [("gemma3", "Gemma3Converter", s) for s in BAD_SCALING if s["rope_type"] == "linear"])
+def test_rope_scaling_without_a_usable_factor(arch_module, cls_name, scaling):
+    import importlib
+    cls = getattr(importlib.import_module(f"localllm_convert.archs.{arch_module}"), cls_name)
+    conv = cls.__new__(cls)
+    conv.config = {"rope_scaling": scaling, "rope_theta": 10000.0, "sliding_window": 512}
+
+    class Hp:   # the hyper-parameters write_metadata reads, any values
+        n_layer = n_embd = n_ff = n_head = n_head_kv = head_dim = vocab_size = 8
+        n_ctx, rms_eps = 128, 1e-6
+    conv.hp = Hp()
+
+    class AnyWriter:   # accepts every add_* call
+        def __getattr__(self, name):
+            return lambda *a, **k: None
+    with pytest.raises(CheckpointError, match="'factor'"):
+        conv.write_metadata(AnyWriter())
+
+
+def test_rope_parameters_not_an_object():
+    with pytest.raises(CheckpointError, match="rope_parameters must be a JSON object"):
+        _Rope({"rope_parameters": [1, 2]}).rope_parameters()
+
+
+SLOW_WRITE = """
+    import sys, time
+    import numpy as np
+    from localllm_convert.filetypes import QT
+    from localllm_convert.writer import OutputTensor, write_gguf
+
+    def slow():
+        time.sleep(5)           # the SIGTERM arrives while this tensor is being read
+        return np.zeros((4, 32), np.float32)
+
+    tensors = [OutputTensor("a", (4, 32), QT.F32, lambda: np.zeros((4, 32), np.float32), 512),
+               OutputTensor("b", (4, 32), QT.F32, slow, 512)]
+    write_gguf(sys.argv[1], "llama", lambda w: None, tensors, threads=1, progress=False)
+"""
+
+
+def test_sigterm_during_write_leaves_no_partial_file(tmp_path):
+    out = tmp_path / "model.gguf"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "convert"), str(REPO / "python"),
+                                                        os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(SLOW_WRITE), str(out)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not list(tmp_path.glob(".*.partial")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert list(tmp_path.glob(".*.partial")), "the writer never started"
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=90)
+    assert proc.returncode == 128 + signal.SIGTERM, err.decode()[-2000:]
+    assert list(tmp_path.iterdir()) == [], list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("tokenizer_json, needle", [
+    # fuzz_convert.py finding: an added token without "id" (KeyError traceback)
+    ({"model": {"type": "BPE", "vocab": {"a": 0}}, "added_tokens": [{"content": "<s>"}]}, "token '<s>' has id None"),
+    ({"model": {"type": "BPE", "vocab": {"a": 0}}, "added_tokens": [7]}, "needs an 'id'"),
+    ({"model": {"type": "BPE", "vocab": {"a": "zero"}}}, "has id 'zero'"),
+    ({"model": {"type": "BPE", "vocab": {"a": 10**12}}}, "has id 1000000000000"),   # would build 10^12 tokens
+    ({"model": {"type": "BPE", "vocab": {}}}, "has no tokens"),
+    ([1, 2], "must be a JSON object"),
+    ({"model": {"type": "BPE", "vocab": {"a": 0}}, "added_tokens": {"id": 1}}, "added_tokens must be a list"),
+])
+def test_tokenizer_json_checked(tokenizer_json, needle):
+    from localllm_convert.vocab import VocabError
+    from localllm_convert.vocab_bpe import load_bpe_vocab
+    with pytest.raises(VocabError, match=needle):
+        load_bpe_vocab(tokenizer_json, None)

@@ -1,0 +1,30 @@
+"""CI smoke of the atheris harnesses in tests/fuzz (about a minute in all, normal build): each
+runs for a few seconds from its seed corpus and must end without a finding. The long runs and
+their figures are in docs/reliability.md."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("atheris")
+
+FUZZ = Path(__file__).resolve().parent / "fuzz"
+REPO = FUZZ.parent.parent
+SECONDS = {"fuzz_gguf.py": 12, "fuzz_tokenizer.py": 12, "fuzz_chat.py": 12, "fuzz_convert.py": 12}
+
+
+@pytest.mark.parametrize("harness", list(SECONDS))
+def test_harness_smoke(harness, tmp_path):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(REPO / "python"), str(REPO / "cli"), str(REPO / "convert"), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, str(FUZZ / harness), f"-max_total_time={SECONDS[harness]}",
+                           "-print_final_stats=1"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=SECONDS[harness] + 180)
+    tail = proc.stderr[-3000:]
+    assert proc.returncode == 0, tail
+    assert "Done " in proc.stderr and "stat::number_of_executed_units:" in proc.stderr, tail
+    assert not list(tmp_path.glob("crash-*")) and not list(tmp_path.glob("timeout-*")), tail
