@@ -3,6 +3,8 @@ against the rule restated here from the GGUF file itself (read with the `gguf` p
 clear answers a build gives when no GPU is there. The forward on a GPU: tests/test_gpu_models.py."""
 from __future__ import annotations
 
+import functools
+
 import gguf
 import numpy as np
 import pytest
@@ -23,8 +25,8 @@ def _field(r: gguf.GGUFReader, suffix: str, default=None):
     return default
 
 
-def cuda_rule(path, n_gpu: int, kv_blocks: int, T: int) -> dict[str, int]:
-    """What the GPU holds for the last n_gpu layers and the output head, from the file."""
+@functools.lru_cache(maxsize=None)
+def _file_facts(path) -> tuple:
     r = gguf.GGUFReader(str(path))
     n_layer = _field(r, ".block_count")
     n_embd, n_ff = _field(r, ".embedding_length"), _field(r, ".feed_forward_length")
@@ -33,6 +35,12 @@ def cuda_rule(path, n_gpu: int, kv_blocks: int, T: int) -> dict[str, int]:
     rope_dims = _field(r, ".rope.dimension_count", head_dim)
     n_vocab = len(r.fields["tokenizer.ggml.tokens"].data)
     tensors = {t.name: int(t.n_bytes) for t in r.tensors}
+    return n_layer, n_embd, n_ff, n_head, n_head_kv, head_dim, rope_dims, n_vocab, tensors
+
+
+def cuda_rule(path, n_gpu: int, kv_blocks: int, T: int) -> dict[str, int]:
+    """What the GPU holds for the last n_gpu layers and the output head, from the file."""
+    n_layer, n_embd, n_ff, n_head, n_head_kv, head_dim, rope_dims, n_vocab, tensors = _file_facts(path)
     gpu_layers = range(n_layer - n_gpu, n_layer)
     names = [n for n in tensors if n.startswith("blk.") and int(n.split(".")[1]) in gpu_layers]
     names += ["output_norm.weight", "output.weight" if "output.weight" in tensors else "token_embd.weight"]
