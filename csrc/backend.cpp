@@ -1,6 +1,7 @@
 // backend.cpp — what every backend shares (tracked allocation) and the one place a placement
 // becomes a backend.
 #include "backend.h"
+#include "model.h"
 #include <new>
 #include <stdexcept>
 
@@ -8,7 +9,7 @@ namespace lll {
 
 std::unique_ptr<Backend> make_cpu_backend(const BackendConfig& cfg);   // backend_cpu.cpp
 #if defined(LOCALLLM_CUDA_BACKEND)
-std::unique_ptr<Backend> make_cuda_backend(const BackendConfig& cfg);  // cuda/, when built
+std::unique_ptr<Backend> make_cuda_backend(const BackendConfig& cfg);  // backend_cuda.cpp, when cuda/ is built
 #endif
 
 const char* mem_kind_name(MemKind k) {
@@ -49,6 +50,24 @@ std::unique_ptr<Buffer> Backend::alloc(size_t bytes, MemKind kind, const std::st
         throw std::runtime_error(std::string(name()) + " out of memory: " + what + " (" + mem_kind_name(kind) +
                                  ") needs " + std::to_string(bytes) + " bytes");
     return std::make_unique<TrackedBuffer>(std::move(raw), allocated_, kind, bytes);
+}
+
+ActScratch layout_act_scratch(const HParams& hp, int64_t T, float* base) {
+    const int64_t q_width = (int64_t)hp.n_head * hp.head_dim;
+    const int64_t kv_width = (int64_t)hp.n_head_kv * hp.head_dim;
+    ActScratch s;
+    float* p = base;
+    auto take = [&](int64_t width) { float* r = p; p += T * width; return r; };
+    s.x = take(hp.n_embd);
+    s.h = take(hp.n_embd);
+    s.tmp = take(hp.n_embd);
+    s.q = take(q_width);
+    s.attn = take(q_width);
+    s.k = take(kv_width);
+    s.v = take(kv_width);
+    s.gate = take(hp.n_ff);
+    s.up = take(hp.n_ff);
+    return s;
 }
 
 bool backend_compiled(Placement p) {

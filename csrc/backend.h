@@ -6,8 +6,8 @@
 // GPU), except where a comment says "host". The Model gives each layer one backend (model.cpp);
 // architecture files (csrc/models/*.cpp) call only the ops below, never a kernel.
 //
-// Backends: CpuBackend (backend_cpu.cpp). A CUDA backend plugs in through make_backend()
-// (backend.cpp): see docs/architecture.md, "Placement".
+// Backends: CpuBackend (backend_cpu.cpp) and, in builds with CUDA, CudaBackend (backend_cuda.cpp),
+// both made by make_backend() (backend.cpp): see docs/architecture.md, "Placement".
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -73,6 +73,9 @@ struct ActScratch {
     float *gate = nullptr, *up = nullptr;     // [T, n_ff]
     float* tmp = nullptr;                     // [T, n_embd] a sub-layer's output
 };
+
+// The ActScratch of T tokens laid out in one block of act_scratch_floats(hp, T) floats at base.
+ActScratch layout_act_scratch(const HParams& hp, int64_t T, float* base);
 
 class Backend {
 public:

@@ -182,19 +182,7 @@ void CpuBackend::reserve(int64_t T) {
     std::unique_ptr<Buffer> xq = alloc(cpu_act_quant_bytes(hp, matrices_, T), MemKind::Scratch, "quantized activations");
     act_ = std::move(act);
     xq_ = std::move(xq);
-    const int64_t q_width = (int64_t)hp.n_head * hp.head_dim;
-    const int64_t kv_width = (int64_t)hp.n_head_kv * hp.head_dim;
-    float* p = reinterpret_cast<float*>(act_->data());
-    auto take = [&](int64_t width) { float* r = p; p += T * width; return r; };
-    scratch_.x = take(hp.n_embd);
-    scratch_.h = take(hp.n_embd);
-    scratch_.tmp = take(hp.n_embd);
-    scratch_.q = take(q_width);
-    scratch_.attn = take(q_width);
-    scratch_.k = take(kv_width);
-    scratch_.v = take(kv_width);
-    scratch_.gate = take(hp.n_ff);
-    scratch_.up = take(hp.n_ff);
+    scratch_ = layout_act_scratch(hp, T, reinterpret_cast<float*>(act_->data()));
     scratch_T_ = T;
 }
 

@@ -355,6 +355,12 @@ void register_cuda(py::module_& m) {
         check(llc_mem_info(&free_b, &total_b));
         return py::make_tuple(free_b, total_b);
     }, "(free, total) bytes of the current device");
+    m.def("cuda_free_memory", [] {
+        if (llc_device_count() == 0) return (size_t)0;
+        size_t free_b = 0, total_b = 0;
+        check(llc_mem_info(&free_b, &total_b));
+        return free_b;
+    }, "Free bytes of the first GPU, what -ngl auto plans against (0 where there is no device or driver)");
     m.def("cuda_alloc", [](size_t bytes, const std::string& what) { DeviceBuffer b(bytes, what.c_str()); },
           py::arg("bytes"), py::arg("what"), "Allocates and frees `bytes` on the device (CudaOutOfMemory when they do not fit).");
     m.def("cuda_dequantize", &dequantize_py, py::arg("data"), py::arg("type"), py::arg("n"),
@@ -391,5 +397,6 @@ void register_cuda(py::module_& m) {
 #else
 void register_cuda(py::module_& m) {
     m.def("cuda_device_count", []() { return 0; }, "CUDA devices visible (this build has no CUDA)");
+    m.def("cuda_free_memory", []() { return (size_t)0; }, "Free GPU bytes (this build has no CUDA: 0)");
 }
 #endif

@@ -3,8 +3,9 @@
 # compiler, runtime and headers published on PyPI (nvidia-cuda-nvcc, -runtime, -cccl; nvcc lands
 # in nvidia/cu13/bin) into build/cuda-wheels, builds _core with LOCALLLM_CUDA=ON for sm_90 into
 # its own build dir, then checks that this CUDA build imports and runs its CPU path here (the
-# static CUDA runtime finds no driver: 0 devices, and a GPU op is a clear error), and runs the
-# kernels' per-type code on the host against the CPU reference (tests/cuda_host_check.py).
+# static CUDA runtime finds no driver: 0 devices, and a GPU op or a GPU layer is a clear error),
+# and runs the kernels' per-type code on the host against the CPU reference
+# (tests/cuda_host_check.py).
 # Exit status 3: the wheels could not be installed (no registry): nothing was checked.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,7 +36,19 @@ if n == 0:
         assert "no CUDA device" in str(e), e
     else:
         raise AssertionError("a GPU op without a GPU did not raise")
-print(f"CUDA build imports; {n} CUDA device(s)")
+assert _core.backend_compiled("CUDA")
+if n == 0:
+    assert _core.cuda_free_memory() == 0
+    import os
+    smol = os.path.expanduser("~/.cache/localllm/models/SmolLM2-135M-Instruct.Q4_1.gguf")
+    if os.path.exists(smol):   # the CUDA backend asked for with no device: a clear error
+        try:
+            _core.Model(smol, 1, 8, 16, "fast", 2)
+        except RuntimeError as e:
+            assert "CUDA backend: no CUDA device" in str(e), e
+        else:
+            raise AssertionError("a CUDA layer without a GPU did not raise")
+print(f"CUDA build imports, with the CUDA backend; {n} CUDA device(s)")
 PY
 # the kernels' per-type arithmetic, run on the host by this build, against the CPU reference
 PYTHONPATH="$BUILD" python3 tests/cuda_host_check.py
