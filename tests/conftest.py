@@ -3,6 +3,7 @@ reference data carried in tests/data (see tests/data/README.md)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,17 @@ DATA = REPO / "tests" / "data"
 REFERENCE = DATA / "reference"
 CORPUS = DATA / "corpus" / "gpl-3.txt"
 MODEL_KEYS = list(hub.KNOWN_MODELS)
+
+
+def package_env() -> dict:
+    """The environment for a subprocess that must import the same localllm, localllm_cli and
+    localllm_convert as this test run (installed, or from the source tree with the in-place
+    build): their folders first on PYTHONPATH."""
+    import localllm
+    import localllm_cli
+    import localllm_convert
+    dirs = {str(Path(m.__file__).resolve().parent.parent) for m in (localllm, localllm_cli, localllm_convert)}
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([*sorted(dirs), os.environ.get("PYTHONPATH", "")]))
 
 
 def model_file(key: str) -> Path:

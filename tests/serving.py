@@ -2,7 +2,6 @@
 free port, ready once /health answers 200."""
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
@@ -10,6 +9,8 @@ import time
 from pathlib import Path
 
 import httpx
+
+from conftest import package_env
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -32,8 +33,7 @@ class LiveServer:
         self.proc: subprocess.Popen | None = None
 
     def __enter__(self) -> "LiveServer":
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-            [str(REPO / "python"), str(REPO / "cli"), str(REPO / "convert"), os.environ.get("PYTHONPATH", "")]))
+        env = package_env()
         self.proc = subprocess.Popen(self.cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         deadline = time.time() + self.timeout
         while time.time() < deadline:

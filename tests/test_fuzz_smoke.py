@@ -3,12 +3,13 @@ runs for a few seconds from its seed corpus and must end without a finding. The 
 their figures are in docs/reliability.md."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from conftest import package_env
 
 pytest.importorskip("atheris")
 
@@ -19,10 +20,9 @@ SECONDS = {"fuzz_gguf.py": 12, "fuzz_tokenizer.py": 12, "fuzz_chat.py": 12, "fuz
 
 @pytest.mark.parametrize("harness", list(SECONDS))
 def test_harness_smoke(harness, tmp_path):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(REPO / "python"), str(REPO / "cli"), str(REPO / "convert"), os.environ.get("PYTHONPATH", "")]))
+    env = package_env()
     proc = subprocess.run([sys.executable, str(FUZZ / harness), f"-max_total_time={SECONDS[harness]}",
-                           "-print_final_stats=1"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                           "-print_final_stats=1", "-seed=1"], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=SECONDS[harness] + 180)
     tail = proc.stderr[-3000:]
     assert proc.returncode == 0, tail
