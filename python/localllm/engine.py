@@ -61,6 +61,8 @@ class RequestTimes:
     submitted: float = 0.0
     first_token: Optional[float] = None
     finished: Optional[float] = None
+    drafted: int = 0              # speculative decoding: tokens drafted for this request
+    accepted: int = 0             # ... and accepted
 
     @property
     def ttft(self) -> Optional[float]:
@@ -99,6 +101,20 @@ class EngineStats:
     preemptions: int = 0
     finished: int = 0
     aborted: int = 0
+    spec_verifications: int = 0   # speculative decoding: steps that verified a draft, per sequence
+    spec_drafted: int = 0         # ... tokens drafted (and fed to the target)
+    spec_accepted: int = 0        # ... of which accepted (emitted without a step of their own)
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Accepted / drafted tokens (0 without speculation)."""
+        return self.spec_accepted / self.spec_drafted if self.spec_drafted else 0.0
+
+    @property
+    def mean_accepted(self) -> float:
+        """Drafted tokens accepted per verification (each verification also emits one token of
+        the target's own: the correction, or the bonus when all were accepted)."""
+        return self.spec_accepted / self.spec_verifications if self.spec_verifications else 0.0
 
 
 @dataclass(eq=False)
@@ -117,6 +133,7 @@ class _Request:
     sink: Optional[OutputSink] = None     # outputs go here instead of `outputs` (see submit)
     siblings: list = field(default_factory=list)   # Sequences of the same prompt parked on this one
     parked_on: Optional[Sequence] = None  # the sibling whose prompt this one waits for
+    speculate: bool = False               # the engine's proposer drafts tokens for it
 
 
 class Engine:
@@ -128,9 +145,12 @@ class Engine:
         n_ctx: longest sequence (prompt + generated tokens) a request may reach.
         max_batch_tokens: token budget of one forward call (chunked prefill beyond it).
         max_running: most sequences decoding at once.
+        proposer: speculative decoding (`localllm.speculative`): drafts tokens for the requests
+            submitted with speculate (the default when there is a proposer).
     """
 
-    def __init__(self, model, tokenizer, n_ctx: int, max_batch_tokens: int = 512, max_running: int = 16):
+    def __init__(self, model, tokenizer, n_ctx: int, max_batch_tokens: int = 512, max_running: int = 16,
+                 proposer=None):
         if n_ctx < 1:
             raise ValueError(f"n_ctx must be >= 1, got {n_ctx}")
         self.model = model
@@ -156,6 +176,7 @@ class Engine:
         self._stepping_thread: Optional[int] = None   # set while a step runs
         self._loop_thread: Optional[threading.Thread] = None
         self._stopping = False
+        self.proposer = proposer
 
     # ---- requests ----
     def check_request(self, prompt_ids: Seq[int], max_tokens: int) -> None:
@@ -182,18 +203,20 @@ class Engine:
                              f"({self.pool.capacity * self.pool.block_size} tokens): raise kv_blocks")
 
     def submit(self, prompt_ids: Seq[int], params: SamplingParams, keep_logits: bool = False,
-               sink: Optional[OutputSink] = None) -> int:
+               sink: Optional[OutputSink] = None, speculate: Optional[bool] = None) -> int:
         """Queue a request; returns its id. Raises ValueError if it can never fit. Never waits
         for a step: the request joins the scheduler at the next one.
 
         keep_logits: each output carries a copy of the logits row its token was sampled from.
         sink: called with each output (from the stepping thread) instead of queueing it for
             `next_output`; after the finished one the request is forgotten.
+        speculate: draft tokens for it with the engine's proposer (default: when there is one).
         """
-        return self.submit_group(prompt_ids, [params], keep_logits, [sink])[0]
+        return self.submit_group(prompt_ids, [params], keep_logits, [sink], speculate)[0]
 
     def submit_group(self, prompt_ids: Seq[int], params: Seq[SamplingParams], keep_logits: bool = False,
-                     sinks: Optional[Seq[Optional[OutputSink]]] = None) -> list[int]:
+                     sinks: Optional[Seq[Optional[OutputSink]]] = None,
+                     speculate: Optional[bool] = None) -> list[int]:
         """Several continuations of one prompt (OpenAI's `n`), one request each; returns their
         ids. The first computes the prompt; the others wait until it has, then take its full
         blocks from the prefix cache (shared, not recomputed)."""
@@ -202,6 +225,9 @@ class Engine:
         sinks = list(sinks) if sinks is not None else [None] * len(params)
         if len(sinks) != len(params):
             raise ValueError(f"{len(params)} params but {len(sinks)} sinks")
+        if speculate and self.proposer is None:
+            raise ValueError("speculate=True needs an engine with a proposer (a draft model or n-gram lookup)")
+        speculate = self.proposer is not None if speculate is None else bool(speculate)
         for p in params:
             self.check_request(prompt_ids, p.max_tokens)
         prompt_ids = [int(t) for t in prompt_ids]
@@ -218,7 +244,8 @@ class Engine:
                 rid = self._next_id
                 self._next_id += 1
                 req = _Request(rid, p, p.max_tokens, sampler, StreamDecoder(self.tokenizer),
-                               StopMatcher(p.stop or []), RequestTimes(submitted=now), keep_logits, sink=sink)
+                               StopMatcher(p.stop or []), RequestTimes(submitted=now), keep_logits, sink=sink,
+                               speculate=speculate)
                 seq = Sequence(rid, list(prompt_ids), len(prompt_ids), BlockTable(self.pool), arrival=rid,
                                payload=req)
                 self._seqs[rid] = seq
@@ -273,6 +300,8 @@ class Engine:
         """Take a finished or aborted sequence out: out of the scheduler (its blocks released at
         once) or off its sibling's parking list; siblings parked on it go to the scheduler."""
         req: _Request = seq.payload
+        if self.proposer is not None:
+            self.proposer.release(seq)
         if req.parked_on is not None:
             req.parked_on.payload.siblings.remove(seq)
             req.parked_on = None
@@ -407,6 +436,7 @@ class Engine:
     def _step(self) -> bool:
         with self.lock:
             self._drain_inbox()
+            self._propose()
             schedule = self.scheduler.schedule()
             self.stats.preemptions += len(schedule.preempted)
             if not schedule.chunks:
@@ -416,13 +446,38 @@ class Engine:
                                         self._logits_out(len(rows)))                 # [n_rows, n_vocab]
             self.scheduler.commit(schedule)
             self._count(schedule, len(tokens))
-            sampled = [c.seq for c in schedule.chunks if c.wants_logits]
-            for seq, row in zip(sampled, logits):
+            first = 0
+            for c in schedule.chunks:
+                if not c.wants_logits:
+                    continue
+                seq, n_rows = c.seq, 1 + c.n_draft
                 try:
-                    self._on_logits(seq, row)
+                    if c.n_draft:
+                        self._on_draft_logits(seq, logits[first:first + n_rows], seq.draft[:c.n_draft])
+                    else:
+                        self._on_logits(seq, logits[first])
                 except Exception as e:     # e.g. NaN logits: this request fails, the others go on
                     self._finish(seq, "error", RequestOutput(seq.seq_id, [], "", error=e), flush=False)
+                first += n_rows
             return True
+
+    def _propose(self) -> None:
+        """Let the proposer draft tokens for every speculating sequence about to decode. A
+        draft never runs past the request's max_tokens: accepting all k drafted tokens emits
+        k + 1 (the target's bonus token)."""
+        if self.proposer is None:
+            return
+        seqs, limits = [], []
+        for seq in self.scheduler.running:
+            seq.draft = []
+            req: _Request = seq.payload
+            if seq.remaining == 1 and req.speculate:
+                limit = req.max_new - seq.n_generated - 1
+                if limit > 0:
+                    seqs.append(seq)
+                    limits.append(limit)
+        if seqs:
+            self.proposer.propose(seqs, limits)
 
     def _logits_out(self, n_rows: int) -> np.ndarray:
         """A reused [n_rows, n_vocab] buffer for the step's logits: rows are sampled from (or
@@ -436,8 +491,9 @@ class Engine:
         """The flat arrays of one forward call; each sequence's tokens are contiguous."""
         chunks = schedule.chunks
         n = [c.n_tokens for c in chunks]
-        tokens = np.fromiter(itertools.chain.from_iterable(c.seq.tokens[c.start:c.start + c.n_tokens]
-                                                           for c in chunks), np.int32, sum(n))  # [T]
+        tokens = np.fromiter(itertools.chain.from_iterable(
+            c.seq.tokens[c.start:c.start + c.n_tokens - c.n_draft] + c.seq.draft[:c.n_draft]
+            for c in chunks), np.int32, sum(n))                                                 # [T]
         positions = np.concatenate([np.arange(c.start, c.start + c.n_tokens, dtype=np.int32) for c in chunks])
         seq_of_token = np.repeat(np.arange(len(chunks), dtype=np.int32), n)                     # [T]
         width = max(len(c.seq.table.blocks) for c in chunks)
@@ -445,14 +501,16 @@ class Engine:
         for i, c in enumerate(chunks):
             tables[i, :len(c.seq.table.blocks)] = c.seq.table.blocks
         ends = np.cumsum(n) - 1
-        rows = np.asarray([ends[i] for i, c in enumerate(chunks) if c.wants_logits], np.int32)  # [n_out]
+        # Every row of a drafted chunk: row i predicts the token after its i-th drafted one.
+        rows = np.asarray([r for i, c in enumerate(chunks) if c.wants_logits
+                           for r in range(ends[i] - c.n_draft, ends[i] + 1)], np.int32)          # [n_out]
         return tokens, positions, seq_of_token, tables, rows
 
     def _count(self, schedule: Schedule, n_tokens: int) -> None:
         s = self.stats
         s.steps += 1
         s.tokens_computed += n_tokens
-        s.decode_tokens += sum(1 for c in schedule.chunks if c.n_tokens == 1 and c.start >= c.seq.n_prompt)
+        s.decode_tokens += sum(1 for c in schedule.chunks if c.n_tokens - c.n_draft == 1 and c.start >= c.seq.n_prompt)
         s.max_batch_tokens_seen = max(s.max_batch_tokens_seen, n_tokens)
         s.max_running_seen = max(s.max_running_seen, len(self.scheduler.running))
 
@@ -461,6 +519,41 @@ class Engine:
         req: _Request = seq.payload
         tok = int(req.sampler.sample(logits))
         req.sampler.accept(tok)
+        self._emit_token(seq, tok, logits)
+
+    def _on_draft_logits(self, seq: Sequence, logits: np.ndarray, draft: list[int]) -> None:
+        """Verify a draft: logits [k + 1, n_vocab], row i from the sequence's last token plus
+        draft[:i]. Each row is sampled exactly as plain decoding samples it (same sampler, same
+        penalty history so far), so greedy output is plain decoding's token for token; with
+        temperature the rejection rule keeps the distribution (`_core.Sampler.verify`). Stops
+        at the first rejected token (emitting the target's own) or after the bonus row."""
+        req: _Request = seq.payload
+        sampler, greedy = req.sampler, req.params.temperature <= 0.0
+        n_accepted = 0
+        for i, row in enumerate(logits):
+            if i == len(draft):                      # all accepted: the bonus token
+                tok, ok = int(sampler.sample(row)), False
+            elif greedy:
+                tok = int(sampler.sample(row))
+                ok = tok == draft[i]
+            else:
+                tok, ok = sampler.verify(row, draft[i])
+            sampler.accept(tok)
+            n_accepted += ok
+            if not self._emit_token(seq, tok, row) or not ok:
+                break
+        s = self.stats
+        s.spec_verifications += 1
+        s.spec_drafted += len(draft)
+        s.spec_accepted += n_accepted
+        req.times.drafted += len(draft)
+        req.times.accepted += n_accepted
+        if req.finish_reason is None:
+            self.scheduler.accept_draft(seq, n_accepted)
+
+    def _emit_token(self, seq: Sequence, tok: int, logits: np.ndarray) -> bool:
+        """Append a sampled token and emit it; False when it finished the request."""
+        req: _Request = seq.payload
         now = time.perf_counter()
         if req.times.first_token is None:
             req.times.first_token = now
@@ -469,7 +562,7 @@ class Engine:
         kept = logits.copy() if req.keep_logits else None
         if tok in self._eog and not req.params.ignore_eos:
             self._finish(seq, "stop", RequestOutput(req.request_id, [], "", logits=kept, created=now))
-            return
+            return False
         seq.tokens.append(tok)
         out = RequestOutput(req.request_id, [tok], "", logits=kept, created=now)
         if req.params.logprobs is not None:
@@ -483,6 +576,8 @@ class Engine:
             self._finish(seq, "length", out)
         else:
             self._emit(seq, out)
+            return True
+        return False
 
     def _emit(self, seq: Sequence, out: RequestOutput) -> None:
         """Hand an output to its consumer: the request's sink, or its queue for next_output."""

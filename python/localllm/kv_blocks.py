@@ -295,6 +295,19 @@ class BlockTable:
             self.pool.register(self.blocks[i], keys[i], keys[i - 1] if i else None, tokens[i * bs:(i + 1) * bs])
         self.n_registered = max(self.n_registered, n_full)
 
+    def truncate(self, n_positions: int) -> None:
+        """Keep only the blocks that positions [0, n_positions) need and release the rest, last
+        first (speculative decoding: the K/V of rejected draft tokens is dropped; no copy). A
+        released cached block keeps its key (its contents still match it, so it turns evictable);
+        a kept block partly beyond n_positions is un-registered by `prepare_write` before it
+        is written again."""
+        if n_positions < 0:
+            raise ValueError(f"n_positions must be >= 0, got {n_positions}")
+        keep = -(-n_positions // self.pool.block_size)
+        while len(self.blocks) > keep:
+            self.pool.release(self.blocks.pop())
+        self.n_registered = min(self.n_registered, len(self.blocks))
+
     def fork(self) -> "BlockTable":
         """A second table sharing every block (e.g. two continuations of one prompt)."""
         for block in self.blocks:

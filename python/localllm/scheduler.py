@@ -49,6 +49,8 @@ class Sequence:
     n_preemptions: int = 0
     num_cached_tokens: int = 0                   # prompt tokens found in the prefix cache at admission
     payload: Any = None                          # the engine's per-request state
+    draft: list[int] = field(default_factory=list)   # tokens proposed to follow tokens (speculative decoding)
+    spec_state: Any = None                       # the proposer's per-sequence state
 
     @property
     def remaining(self) -> int:
@@ -68,6 +70,7 @@ class Chunk:
     start: int
     n_tokens: int
     wants_logits: bool      # it reaches the sequence's last token: the next one is sampled from it
+    n_draft: int = 0        # the last n_draft tokens are seq.draft[:n_draft], to be verified (logits for each)
 
 
 @dataclass
@@ -135,6 +138,7 @@ class Scheduler:
         budget = self.max_batch_tokens
         decoding = [s for s in self.running if s.remaining == 1]
         prefilling = [s for s in self.running if s.remaining > 1]
+        spare = budget - len(decoding)             # what drafts may take: every decode keeps its token
         for seq in decoding + prefilling:
             if seq.state is not SeqState.RUNNING:  # preempted earlier in this step
                 continue
@@ -143,15 +147,32 @@ class Scheduler:
             n = min(seq.remaining, budget)
             if n == 0:                             # nothing to feed (its token was not appended)
                 continue
+            if seq.remaining == 1 and seq.draft:
+                n_draft = self._reserve_draft(seq, min(len(seq.draft), max(0, spare)))
+                spare -= n_draft
+                n += n_draft
             budget += self._reserve_or_preempt(seq, n, planned, out)
             if seq.state is SeqState.RUNNING:
                 planned[seq] = n
                 budget -= n
         if not out.preempted:      # the pool is dry: let the running ones finish first
             self._admit(planned, budget, out)
-        out.chunks = [Chunk(s, s.num_computed, n, s.num_computed + n == len(s.tokens))
+        out.chunks = [Chunk(s, s.num_computed, n, s.num_computed + n >= len(s.tokens),
+                            max(0, s.num_computed + n - len(s.tokens)))
                       for s, n in planned.items()]
         return out
+
+    def _reserve_draft(self, seq: Sequence, n_draft: int) -> int:
+        """Blocks for a decoding sequence's token plus n_draft drafted ones; a draft the pool
+        cannot hold without preempting is dropped (speculation never preempts anyone).
+        Returns the drafted tokens kept (seq.draft is cut to them)."""
+        if n_draft:
+            try:
+                seq.table.prepare_write(seq.num_computed, seq.num_computed + 1 + n_draft, self.copy_block)
+            except OutOfBlocks:
+                n_draft = 0
+        del seq.draft[n_draft:]
+        return n_draft
 
     def _reserve_or_preempt(self, seq: Sequence, n: int, planned: dict[Sequence, int],
                             out: Schedule) -> int:
@@ -172,6 +193,7 @@ class Scheduler:
     def _preempt(self, seq: Sequence, out: Schedule) -> None:
         self.running.remove(seq)
         seq.table.free()
+        seq.draft.clear()
         seq.num_computed = 0
         seq.state = SeqState.WAITING
         seq.n_preemptions += 1
@@ -213,6 +235,20 @@ class Scheduler:
         bs = self.pool.block_size
         for chunk in schedule.chunks:
             seq = chunk.seq
-            seq.num_computed = chunk.start + chunk.n_tokens
+            # Drafted tokens are not the sequence's (yet): accept_draft counts those verified.
+            seq.num_computed = chunk.start + chunk.n_tokens - chunk.n_draft
             prefix_keys(seq.tokens, bs, seq.keys)
             seq.table.register_full_blocks(seq.keys, seq.tokens, seq.num_computed)
+
+    def accept_draft(self, seq: Sequence, n_accepted: int) -> None:
+        """After verification: the first n_accepted drafted tokens (now appended to seq.tokens)
+        keep the K/V the forward wrote for them; the rejected ones' K/V is dropped by cutting
+        the block table back to the positions computed (their blocks return to the pool)."""
+        seq.num_computed += n_accepted
+        if seq.num_computed >= len(seq.tokens):
+            raise ValueError(f"accept_draft: {n_accepted} accepted tokens leave no token to feed "
+                             f"(num_computed {seq.num_computed}, {len(seq.tokens)} tokens)")
+        seq.draft.clear()
+        seq.table.truncate(seq.num_computed)
+        prefix_keys(seq.tokens, self.pool.block_size, seq.keys)
+        seq.table.register_full_blocks(seq.keys, seq.tokens, seq.num_computed)
