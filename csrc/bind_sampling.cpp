@@ -49,6 +49,13 @@ uint64_t to_seed(const py::object& obj) {
     return value.cast<uint64_t>();
 }
 
+void check_row(const lll::Sampler& s, const py::array_t<float, py::array::c_style | py::array::forcecast>& logits,
+               const char* what) {
+    if (logits.ndim() != 1 || logits.shape(0) != s.n_vocab())
+        throw py::value_error(std::string("Sampler.") + what + ": logits must be a 1-D array of n_vocab=" +
+                              std::to_string(s.n_vocab()) + " floats");
+}
+
 py::tuple last_logprobs(const lll::Sampler& s) {
     if (!s.has_logprobs())
         throw std::runtime_error(
@@ -101,6 +108,43 @@ logits after logit bias). seed=None draws a random seed (see .seed).)doc")
                  return s.sample(row);
              },
              py::arg("logits"), "Pick the next token id from logits f32[n_vocab] (does not accept() it).")
+        .def("distribution",
+             [](lll::Sampler& s, const py::array_t<float, py::array::c_style | py::array::forcecast>& logits) {
+                 check_row(s, logits, "distribution");
+                 std::vector<std::pair<int, double>> dist;
+                 {
+                     py::gil_scoped_release release;
+                     dist = s.distribution(logits.data());
+                 }
+                 py::array_t<int32_t> tokens(static_cast<py::ssize_t>(dist.size()));
+                 py::array_t<double> probs(static_cast<py::ssize_t>(dist.size()));
+                 for (size_t i = 0; i < dist.size(); ++i) {
+                     tokens.mutable_at(i) = dist[i].first;
+                     probs.mutable_at(i) = dist[i].second;
+                 }
+                 return py::make_tuple(tokens, probs);
+             },
+             py::arg("logits"),
+             "(tokens int32[m], probs float64[m]): the distribution sample() draws from for this row "
+             "(after bias, penalties, truncation, temperature); no randomness used.")
+        .def("verify",
+             [](lll::Sampler& s, const py::array_t<float, py::array::c_style | py::array::forcecast>& logits,
+                int draft, const py::object& q) {
+                 check_row(s, logits, "verify");
+                 std::vector<std::pair<int, float>> proposal;
+                 try {
+                     proposal = to_logit_bias(q);
+                 } catch (const py::value_error&) {
+                     throw py::value_error("Sampler.verify: q must map int token ids to float probabilities");
+                 }
+                 py::gil_scoped_release release;
+                 return s.verify(logits.data(), draft, proposal);
+             },
+             py::arg("logits"), py::arg("draft"), py::arg("q") = py::none(),
+             "Speculative decoding's rejection rule for one drafted token: (token, accepted). "
+             "Keeps draft with probability min(1, p(draft)/q(draft)), else draws from "
+             "norm(max(0, p - q)); p is distribution(logits). q: {token: probability} of the "
+             "proposal, None for a point mass on draft. Does not accept() the token.")
         .def("accept", &lll::Sampler::accept, py::arg("token"),
              "Add a token to the penalty history.")
         .def("reset", &lll::Sampler::reset, "Clear the penalty history and reseed with .seed.")

@@ -315,9 +315,7 @@ int Sampler::sample(const float* logits) {
     has_logprobs_ = false;
     int fast_token;
     if (greedy_without_copy(logits, &fast_token)) return fast_token;
-    load_biased_logits(logits);
-    if (params_.n_logprobs >= 0) compute_logprob_stats();
-    apply_penalties();
+    prepare_row(logits);
 
     int token;
     if (params_.temperature <= 0.0f) {
@@ -326,15 +324,116 @@ int Sampler::sample(const float* logits) {
         select_candidates();
         token = candidates_.empty() ? draw_from_full_vocab() : draw_from_candidates();
     }
-
-    if (params_.n_logprobs >= 0) {
-        float biased = work_[static_cast<size_t>(token)];
-        for (const auto& [id, value] : pre_penalty_)
-            if (id == token) biased = value;
-        last_logprob_ = biased - logsumexp_;
-        has_logprobs_ = true;
-    }
+    finish_logprob(token);
     return token;
+}
+
+// The chain's steps before truncation: work_ = biased logits (logprob stats), then penalties.
+void Sampler::prepare_row(const float* logits) {
+    load_biased_logits(logits);
+    if (params_.n_logprobs >= 0) compute_logprob_stats();
+    apply_penalties();
+}
+
+void Sampler::finish_logprob(int token) {
+    if (params_.n_logprobs < 0) return;
+    float biased = work_[static_cast<size_t>(token)];
+    for (const auto& [id, value] : pre_penalty_)
+        if (id == token) biased = value;
+    last_logprob_ = biased - logsumexp_;
+    has_logprobs_ = true;
+}
+
+std::vector<std::pair<int, double>> Sampler::distribution(const float* logits) {
+    BusyGuard guard(busy_);
+    prepare_row(logits);
+    std::vector<std::pair<int, double>> out;
+    build_distribution(out);
+    return out;
+}
+
+// After prepare_row: the probabilities the draws of sample() use, from the same weights
+// (exp_fast of the tempered logits, relative to the best candidate or the row's maximum).
+void Sampler::build_distribution(std::vector<std::pair<int, double>>& out) {
+    out.clear();
+    if (params_.temperature <= 0.0f) {
+        out.push_back({sample_greedy(), 1.0});
+        return;
+    }
+    const float inv_temp = 1.0f / params_.temperature;
+    select_candidates();
+    if (candidates_.empty()) {
+        const size_t n = work_.size();
+        weights_.resize(n);
+        block_sums_.resize((n + kSumBlock - 1) / kSumBlock);
+        const double total = sum_exp<true>(work_.data(), n, work_max_, inv_temp, weights_.data(), block_sums_.data());
+        for (size_t i = 0; i < n; ++i)
+            if (weights_[i] > 0.0f) out.push_back({static_cast<int>(i), weights_[i] / total});
+        return;
+    }
+    const Candidate* best = &candidates_.front();
+    for (const Candidate& c : candidates_)
+        if (ranks_before(c, *best)) best = &c;
+    double total = 0.0;
+    for (const Candidate& c : candidates_) total += exp_fast((c.logit - best->logit) * inv_temp);
+    for (const Candidate& c : candidates_) {
+        const float w = exp_fast((c.logit - best->logit) * inv_temp);
+        if (w > 0.0f) out.push_back({c.token, w / total});
+    }
+}
+
+std::pair<int, bool> Sampler::verify(const float* logits, int draft, const std::vector<std::pair<int, float>>& q) {
+    BusyGuard guard(busy_);
+    has_logprobs_ = false;
+    if (draft < 0 || draft >= n_vocab_)
+        throw std::invalid_argument("Sampler.verify: drafted token " + std::to_string(draft) +
+                                    " is outside the vocabulary [0, " + std::to_string(n_vocab_) + ")");
+    double q_draft = q.empty() ? 1.0 : 0.0, q_total = 0.0;
+    for (const auto& [token, prob] : q) {
+        if (token < 0 || token >= n_vocab_ || !(prob >= 0.0f) || !std::isfinite(prob))
+            throw std::invalid_argument("Sampler.verify: the proposal must map tokens of the vocabulary "
+                                        "to probabilities >= 0");
+        if (token == draft) q_draft += prob;
+        q_total += prob;
+    }
+    if (!(q_draft > 0.0) || q_total > 1.0 + 1e-4)
+        throw std::invalid_argument("Sampler.verify: the proposal must give the drafted token a probability "
+                                    "> 0 and sum to at most 1");
+    prepare_row(logits);
+    build_distribution(dist_);
+    double p_draft = 0.0;
+    for (const auto& [token, prob] : dist_)
+        if (token == draft) p_draft = prob;
+    const double u = std::generate_canonical<double, 53>(rng_);
+    const bool accepted = u * q_draft < p_draft;   // u < p(d) / q(d)
+    const int token = accepted ? draft : draw_residual(q, draft);
+    finish_logprob(token);
+    return {token, accepted};
+}
+
+// A draw from norm(max(0, p - q)) over dist_ (p); tokens outside p's support have p = 0 there.
+int Sampler::draw_residual(const std::vector<std::pair<int, float>>& q, int draft) {
+    std::unordered_map<int, double> q_of;
+    if (q.empty()) q_of[draft] = 1.0;
+    for (const auto& [token, prob] : q) q_of[token] += prob;
+    auto residual = [&](const std::pair<int, double>& entry) {
+        const auto it = q_of.find(entry.first);
+        return std::max(0.0, entry.second - (it == q_of.end() ? 0.0 : it->second));
+    };
+    double total = 0.0;
+    for (const auto& entry : dist_) total += residual(entry);
+    if (!(total > 0.0)) return draft;   // p <= q everywhere: p == q, and then d was accepted surely
+    const double target = std::generate_canonical<double, 53>(rng_) * total;
+    double cumulative = 0.0;
+    int last = draft;
+    for (const auto& entry : dist_) {
+        const double r = residual(entry);
+        if (r <= 0.0) continue;
+        cumulative += r;
+        last = entry.first;
+        if (target < cumulative) return entry.first;
+    }
+    return last;   // rounding left the target at the very end
 }
 
 // Plain greedy decoding (no penalties in effect, no logprobs) needs no copy of the row: one pass

@@ -63,6 +63,18 @@ public:
     // Clears the penalty history and reseeds the generator with params().seed.
     void reset();
 
+    // The distribution sample() draws from for this row (after bias, penalties, truncation and
+    // temperature), as (token, probability) pairs; greedy: the argmax with probability 1.
+    // Uses no randomness and does not change the sampler's state.
+    std::vector<std::pair<int, double>> distribution(const float* logits);
+    // Speculative decoding's rejection rule (Leviathan et al. 2023, Chen et al. 2023): the
+    // drafted token d, proposed with probability q(d), is kept with probability min(1, p(d)/q(d)),
+    // p being distribution(logits); otherwise a token is drawn from norm(max(0, p - q)). Either
+    // way the result is distributed as p. q: (token, probability) pairs of the proposal; empty:
+    // a point mass on d (a deterministic proposer). Returns (token, accepted). Logprobs as
+    // sample(). Does not call accept().
+    std::pair<int, bool> verify(const float* logits, int draft, const std::vector<std::pair<int, float>>& q);
+
     bool has_logprobs() const { return has_logprobs_; }
     // Log-probability of the last sampled token, and the n_logprobs most likely tokens
     // (descending, ties -> lower id). Valid when has_logprobs().
@@ -76,6 +88,10 @@ private:
     class BusyGuard;  // marks the sampler in use for the duration of a call
 
     bool greedy_without_copy(const float* logits, int* token) const;
+    void prepare_row(const float* logits);
+    void build_distribution(std::vector<std::pair<int, double>>& out);
+    int draw_residual(const std::vector<std::pair<int, float>>& q, int draft);
+    void finish_logprob(int token);
     void load_biased_logits(const float* logits);
     void compute_logprob_stats();
     void apply_penalties();
@@ -104,6 +120,7 @@ private:
     std::vector<Candidate> candidates_;  // surviving tokens (empty: the whole row)
     std::vector<Candidate> boundary_;    // scratch: tokens of the top-p boundary bucket
     std::vector<std::pair<int, float>> pre_penalty_;  // (token, biased logit) of penalized tokens
+    std::vector<std::pair<int, double>> dist_;        // scratch: verify()'s distribution
 
     bool has_logprobs_ = false;
     float logsumexp_ = 0.0f;
