@@ -6,14 +6,15 @@ import argparse
 import sys
 import time
 
-from .common import (add_model_args, add_sampling_args, device_kwargs, peak_rss_mb, print_stats,
-                     read_text_file, sampling_kwargs)
+from .common import (add_model_args, add_sampling_args, add_spec_args, device_kwargs, peak_rss_mb, print_stats,
+                     read_text_file, sampling_kwargs, spec_config)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="generate a completion of a prompt (or of several, batched)")
     add_model_args(p)
     add_sampling_args(p)
+    add_spec_args(p)
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("-p", "--prompt", action="append",
                      help="prompt text; repeat to run several prompts as one batch")
@@ -61,7 +62,7 @@ def load(args: argparse.Namespace):
             raise ValueError(f"--kv-memory {args.kv_memory} MiB holds no KV block ({per_block} bytes each)")
         args.model = str(path)
     return LLM(args.model, n_threads=args.threads, n_ctx=args.ctx_size, max_running=args.parallel,
-               kv_blocks=blocks, numerics=args.numerics, **device_kwargs(args))
+               kv_blocks=blocks, numerics=args.numerics, speculative=spec_config(args), **device_kwargs(args))
 
 
 def make_request(llm, prompt: str, chat: bool, sampling: dict):
@@ -112,6 +113,14 @@ def run_batch(llm, requests: list) -> int:
     print(f"\n[batch of {len(requests)} | prompt {n_prompt} tok | generation {n_gen} tok | {wall:.2f} s, "
           f"{n_gen / wall:.1f} t/s aggregate | peak KV {state['peak_used']} of {state['blocks']} blocks "
           f"({state['peak_kv_bytes'] / 2 ** 20:.1f} MiB) | prefix cache hits {state['hit_tokens']} tok | "
-          f"preemptions {llm.engine.stats.preemptions} | peak RSS {peak_rss_mb():.0f} MB | "
+          f"preemptions {llm.engine.stats.preemptions}{batch_spec_stats(llm.engine.stats)} | "
+          f"peak RSS {peak_rss_mb():.0f} MB | "
           f"{llm.n_threads} threads, {llm.isa}]", file=sys.stderr)
     return 0
+
+
+def batch_spec_stats(stats) -> str:
+    if not stats.spec_drafted:
+        return ""
+    return (f" | draft {stats.spec_drafted} tok, {stats.spec_accepted} accepted "
+            f"({100 * stats.acceptance_rate:.0f}%, {stats.mean_accepted:.2f} per verification)")

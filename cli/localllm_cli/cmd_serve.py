@@ -6,7 +6,7 @@ import logging
 import re
 import sys
 
-from .common import add_model_args
+from .common import add_model_args, add_spec_args, spec_config
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
 
@@ -25,6 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-queue", type=int, default=256, metavar="N",
                    help="requests that may wait beyond the running ones before 429 (default 256)")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    add_spec_args(p)
     p.set_defaults(func=run)
 
 
@@ -66,7 +67,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("serve runs the fast numerics only (batch-invariant); drop --numerics")
     model = str(hub.resolve_model(args.model))       # a bad path fails now, not after startup
     config = ServerConfig(model=model, n_ctx=args.ctx_size, threads=args.threads, parallel=args.parallel,
-                          kv_blocks=kv_blocks(args, model), max_queue=args.max_queue, api_key=args.api_key)
+                          kv_blocks=kv_blocks(args, model), max_queue=args.max_queue, api_key=args.api_key,
+                          speculative=spec_config(args))
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr)
     serve_forever(config, args.host, args.port, args.log_level)

@@ -91,6 +91,48 @@ def load_llm(args: argparse.Namespace):
                **device_kwargs(args))
 
 
+def add_spec_args(p: argparse.ArgumentParser) -> None:
+    """Speculative decoding options; names as llama.cpp's (llama-server, llama-speculative)."""
+    g = p.add_argument_group("speculative decoding (greedy output stays exactly plain decoding's)")
+    g.add_argument("-md", "--draft-model", "--model-draft", dest="draft_model", default=None, metavar="FILE",
+                   help="draft model (GGUF) with this model's vocabulary: it proposes tokens, the model verifies them")
+    g.add_argument("--spec", choices=["ngram"], default=None,
+                   help="ngram: n-gram prompt lookup, proposes what followed the last earlier occurrence "
+                        "of the text's final n-gram (no second model)")
+    g.add_argument("--draft-max", "--draft", "--draft-n", dest="draft_max", type=int, default=16, metavar="N",
+                   help="most tokens drafted per step (default 16)")
+    g.add_argument("--draft-min", type=int, default=0, metavar="N",
+                   help="do not verify drafts shorter than this (default 0)")
+    g.add_argument("--draft-p-min", type=float, default=0.75, metavar="P",
+                   help="the draft model stops drafting when its top probability is below P (default 0.75)")
+    g.add_argument("--spec-ngram-min", type=int, default=2, metavar="N",
+                   help="shortest n-gram n-gram lookup matches (default 2)")
+    g.add_argument("--spec-ngram-max", type=int, default=4, metavar="N",
+                   help="longest n-gram n-gram lookup matches, tried first (default 4)")
+
+
+def spec_config(args: argparse.Namespace):
+    """The SpecConfig the options ask for, or None (no speculation)."""
+    from localllm import SpecConfig
+    if args.draft_model is not None and args.spec is not None:
+        raise ValueError("--spec ngram and --draft-model are two proposers: choose one")
+    if args.draft_model is None and args.spec is None:
+        return None
+    config = SpecConfig(mode="draft" if args.draft_model else "ngram", draft_model=args.draft_model,
+                        draft_max=args.draft_max, draft_min=args.draft_min, draft_p_min=args.draft_p_min,
+                        ngram_min=args.spec_ngram_min, ngram_max=args.spec_ngram_max)
+    config.validate()
+    return config
+
+
+def spec_stats(timings) -> str:
+    """' | draft N tok, M accepted (x%)' when the generation speculated."""
+    if not timings.draft_tokens:
+        return ""
+    return (f" | draft {timings.draft_tokens} tok, {timings.accepted_tokens} accepted "
+            f"({100 * timings.acceptance_rate:.0f}%)")
+
+
 # Prompt and text files are read whole; anything larger is a mistake (`-f /dev/zero` once ran
 # to MemoryError), refused after reading one byte past the bound.
 MAX_TEXT_FILE_BYTES = 256 << 20
@@ -115,5 +157,5 @@ def peak_rss_mb() -> float:
 def print_stats(llm, timings) -> None:
     print(f"\n[load {timings.load_s * 1000:.0f} ms | prompt {timings.prompt_tokens} tok, "
           f"{timings.prompt_tps:.1f} t/s | generation {timings.generated_tokens} tok, "
-          f"{timings.generation_tps:.1f} t/s | peak RSS {peak_rss_mb():.0f} MB | "
+          f"{timings.generation_tps:.1f} t/s{spec_stats(timings)} | peak RSS {peak_rss_mb():.0f} MB | "
           f"{llm.n_threads} threads, {llm.isa}]", file=sys.stderr)

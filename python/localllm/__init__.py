@@ -22,11 +22,12 @@ from .gguf import GGUFError, GGUFFile, model_summary
 from .hub import DEFAULT_MODEL, KNOWN_MODELS, ModelNotFoundError, pull
 from .llm import LLM, GenerationResult, TextStream, Timings
 from .sampling import SamplingParams
+from .speculative import SpecConfig
 from .tokenizer import StreamDecoder, Tokenizer
 
 __version__ = "0.1.0"
 __all__ = [
-    "LLM", "GenerationResult", "TextStream", "Timings", "SamplingParams",
+    "LLM", "GenerationResult", "TextStream", "Timings", "SamplingParams", "SpecConfig",
     "Tokenizer", "StreamDecoder", "ChatTemplateError", "render_chat",
     "GGUFError", "GGUFFile", "model_summary",
     "DEFAULT_MODEL", "KNOWN_MODELS", "ModelNotFoundError", "pull", "__version__",

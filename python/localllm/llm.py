@@ -1,6 +1,7 @@
 """`LLM`: load a GGUF model and generate text with it (the library's main entry point)."""
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import threading
@@ -17,6 +18,7 @@ from .gguf import GGUFFile
 from .kv_blocks import BlockTable
 from .plan import DEFAULT_GPU_MARGIN, Plan, gpu_free_bytes, parse_n_gpu_layers, plan_layers
 from .requests import EngineRequest, Prompt, RequestBuilder
+from .speculative import DraftModelProposer, NgramProposer, SpecConfig, check_same_vocab
 from .tokenizer import Tokenizer
 
 __all__ = ["LLM", "GenerationResult", "TextStream", "Timings", "Prompt", "default_threads"]
@@ -37,6 +39,12 @@ class Timings:
     prompt_s: float = 0.0
     generated_tokens: int = 0
     generation_s: float = 0.0
+    draft_tokens: int = 0          # speculative decoding: tokens drafted for this generation
+    accepted_tokens: int = 0       # ... of which the target accepted
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted_tokens / self.draft_tokens if self.draft_tokens else 0.0
 
     @property
     def prompt_tps(self) -> float:
@@ -100,13 +108,19 @@ class LLM:
             less gpu_margin; 0 without a GPU). 0 runs on the CPU only. A count > 0 on a build
             without a CUDA backend is an error.
         gpu_margin: bytes of GPU memory auto leaves free (default 1 GiB).
+        speculative: speculative decoding for every request (`localllm.speculative`): a
+            `SpecConfig`, or "ngram" (prompt lookup with the default sizes). Greedy output is
+            exactly plain decoding's; sampled output has plain sampling's distribution.
+        draft_model: path of a draft model sharing this model's vocabulary (shorthand for
+            speculative=SpecConfig(mode="draft", draft_model=...)); it runs on the CPU.
     """
 
     def __init__(self, model_path: str | os.PathLike | None = None, n_threads: int | None = None,
                  n_ctx: int | None = None, seed: int | None = None, n_batch: int = 512,
                  kv_block_size: int = 16, max_running: int = 16, kv_blocks: int | None = None,
                  numerics: str = "fast", n_gpu_layers: int | str | None = None,
-                 gpu_margin: int = DEFAULT_GPU_MARGIN):
+                 gpu_margin: int = DEFAULT_GPU_MARGIN, speculative: SpecConfig | str | None = None,
+                 draft_model: str | os.PathLike | None = None):
         t0 = time.perf_counter()
         if numerics not in NUMERICS:
             raise ValueError(f"numerics must be one of {', '.join(NUMERICS)}, got {numerics!r}")
@@ -123,6 +137,7 @@ class LLM:
         self.seed = seed
         if kv_blocks is not None and kv_blocks < 1:
             raise ValueError(f"kv_blocks must be >= 1, got {kv_blocks}")
+        self.speculative = _spec_config(speculative, draft_model)
         # The plan of the GPU placement (None on the CPU-only path).
         self.plan: Plan | None = self._plan(parse_n_gpu_layers(n_gpu_layers), n_ctx, ctx_set,
                                             kv_blocks, kv_block_size, gpu_margin)
@@ -134,12 +149,29 @@ class LLM:
             n_blocks, kv_block_size)
         self._model.reserve(n_batch)          # the scratch the plan counted, allocated now
         self.requests = RequestBuilder(self.tokenizer, chat_template, self.n_ctx, seed)
+        self.draft_model = None                # the draft model's _core.Model (speculative "draft")
+        proposer = self._make_proposer(n_blocks, kv_block_size) if self.speculative else None
         self._engine = Engine(self._model, self.tokenizer, self.n_ctx, max_batch_tokens=n_batch,
-                              max_running=max_running)
+                              max_running=max_running, proposer=proposer)
         self._pool = self._engine.pool
         self.hparams: dict = self._model.hparams
         self.n_vocab: int = self.hparams["n_vocab"]
         self.load_time = time.perf_counter() - t0
+
+    def _make_proposer(self, n_blocks: int, kv_block_size: int):
+        """The speculative proposer; a draft model is checked for this model's vocabulary first
+        and gets its own paged KV cache of as many blocks as this model's."""
+        config = self.speculative
+        if config.mode == "ngram":
+            return NgramProposer(config)
+        path = Path(config.draft_model)
+        if not path.is_file():
+            raise FileNotFoundError(f"draft model {path}: no such file")
+        check_same_vocab(GGUFFile(str(self.model_path)).metadata, GGUFFile(str(path)).metadata,
+                         self.model_path.name, path.name)
+        self.draft_model = _core.Model(str(path), self.n_threads, n_blocks, kv_block_size, self.numerics, 0)
+        self.draft_model.reserve(self.n_batch)
+        return DraftModelProposer(self.draft_model, config, self.n_batch)
 
     def _plan(self, ngl: int | str, n_ctx: int, ctx_set: bool, kv_blocks: int | None,
               kv_block_size: int, gpu_margin: int) -> Plan | None:
@@ -299,6 +331,7 @@ class LLM:
                 run.timings.generated_tokens = len(run.token_ids)
                 run.timings.prompt_s = times.ttft or 0.0
                 run.timings.generation_s = time.perf_counter() - (times.first_token or times.submitted)
+                run.timings.draft_tokens, run.timings.accepted_tokens = times.drafted, times.accepted
                 if out.finished:
                     run.finish_reason = out.finish_reason or "length"
                 if out.text or out.logprobs:
@@ -402,6 +435,23 @@ class TextStream:
     @property
     def timings(self) -> Timings:
         return self._run.timings
+
+
+def _spec_config(speculative: SpecConfig | str | None, draft_model) -> SpecConfig | None:
+    """LLM's speculative / draft_model arguments as one validated SpecConfig (or None)."""
+    if isinstance(speculative, str):
+        speculative = SpecConfig(mode=speculative)
+    if draft_model is not None:
+        if speculative is None:
+            speculative = SpecConfig(mode="draft")
+        if speculative.mode != "draft" or (speculative.draft_model not in (None, str(draft_model))):
+            raise ValueError("draft_model contradicts the speculative configuration given")
+        speculative = dataclasses.replace(speculative, draft_model=str(draft_model))
+    if speculative is not None and not isinstance(speculative, SpecConfig):
+        raise TypeError(f"speculative must be a SpecConfig, 'ngram', 'draft' or None, got {speculative!r}")
+    if speculative is not None:
+        speculative.validate()
+    return speculative
 
 
 def _is_prompt_list(prompt) -> bool:

@@ -26,6 +26,7 @@ from ..aio import RequestGroup
 from ..chat import ChatTemplateError
 from ..llm import LLM
 from ..requests import EngineRequest
+from ..speculative import SpecConfig
 from .errors import APIError, bad_request, error_body, install_error_handlers, invalid_body
 from .metrics import CONTENT_TYPE, ServerMetrics
 from .openai_format import Completion
@@ -49,6 +50,7 @@ class ServerConfig:
     max_queue: int = 256
     api_key: Optional[str] = None
     n_batch: int = 512
+    speculative: Optional[SpecConfig] = None     # speculative decoding for every request
 
 
 class _State:
@@ -76,7 +78,7 @@ class _State:
         c = self.config
         try:
             llm = LLM(c.model, n_threads=c.threads, n_ctx=c.n_ctx, n_batch=c.n_batch, max_running=c.parallel,
-                      kv_blocks=c.kv_blocks)
+                      kv_blocks=c.kv_blocks, speculative=c.speculative)
             llm.engine.start()
             self.llm = llm
             log.info("model %s loaded in %.2f s", llm.model_path, llm.load_time)

@@ -47,6 +47,10 @@ class _EngineCollector:
         yield _counter("localllm_prefix_cache_hits_tokens", "Prompt tokens found in the prefix cache", hit)
         yield _counter("localllm_preemptions", "Sequences preempted (recomputed later) for lack of KV blocks",
                        engine.stats.preemptions)
+        yield _counter("localllm_spec_drafted_tokens", "Speculative decoding: tokens drafted and verified",
+                       engine.stats.spec_drafted)
+        yield _counter("localllm_spec_accepted_tokens", "Speculative decoding: drafted tokens accepted",
+                       engine.stats.spec_accepted)
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
