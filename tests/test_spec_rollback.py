@@ -113,3 +113,26 @@ def test_truncate_releases_tail_and_keeps_cached_keys():
     with pytest.raises(ValueError):
         table.truncate(-1)
     assert keys
+
+
+def test_ngram_lookup_proposes_what_followed_the_latest_match():
+    from localllm.speculative import NgramProposer, SpecConfig
+    prop = NgramProposer(SpecConfig(mode="ngram", draft_max=3, ngram_min=2, ngram_max=3))
+    seq = Sequence(0, [1, 2, 3, 4, 9, 7, 2, 3, 5, 6, 1, 2, 3], 13, BlockTable(BlockPool(4, BS)), arrival=0)
+    prop.propose([seq], [16])
+    assert seq.draft == [4, 9, 7]              # the 3-gram (1, 2, 3) matched at 0 (longest first)
+    seq.tokens += [8, 2, 3]                    # now only the 2-gram (2, 3) matches: latest at 11
+    prop.propose([seq], [16])
+    assert seq.draft == [8, 2, 3]
+    prop.propose([seq], [2])                   # the request's limit caps the draft
+    assert seq.draft == [8, 2]
+    seq.tokens += [42]                         # no earlier (3, 42) or (2, 3, 42): no draft
+    prop.propose([seq], [16])
+    assert seq.draft == []
+    seq.tokens += [1, 2, 3]                    # (1, 2, 3) again: latest earlier match at 10
+    prop = NgramProposer(SpecConfig(mode="ngram", draft_max=8, draft_min=4, ngram_max=4))
+    prop.propose([seq], [16])
+    assert seq.draft == [8, 2, 3, 42, 1, 2, 3]
+    prop = NgramProposer(SpecConfig(mode="ngram", draft_max=8, draft_min=8, ngram_max=4))
+    prop.propose([seq], [16])
+    assert seq.draft == []                     # 7 tokens < draft_min: not worth verifying

@@ -92,7 +92,7 @@ class NgramProposer:
             seq.draft = draft if len(draft) >= max(1, self.draft_min) else []
 
     def lookup(self, seq: Sequence, k: int) -> list[int]:
-        if seq.spec_state is None:
+        if not (isinstance(seq.spec_state, _NgramIndex) and list(seq.spec_state.last) == self.sizes):
             seq.spec_state = _NgramIndex({n: {} for n in self.sizes}, {n: 0 for n in self.sizes})
         index: _NgramIndex = seq.spec_state
         tokens, length = seq.tokens, len(seq.tokens)
