@@ -206,7 +206,8 @@ def main() -> None:
         if not args.no_llamacpp:
             run["llama.cpp"] = run_llamacpp_lookup(qwen, sets, args)
         report["runs"].append(run)
-        print(json.dumps({k: v for k, v in run.items()}, default=str)[:2000], flush=True)
+        Path(args.json).write_text(json.dumps(report, indent=1, default=str))      # kept as it goes
+        print(json.dumps(run, default=str), flush=True)
     if "draft" in args.only:
         for pair in args.pairs:
             key = {"qwen": "qwen2.5-coder-0.5b-q4_k_m", "gemma": "gemma3-270m-q4_k_m"}[pair.split("-")[0]]
@@ -224,7 +225,8 @@ def main() -> None:
                 run["llama.cpp"] = run_llama_server_draft(target, draft, sets, args)
             run["seconds"] = round(time.perf_counter() - t0, 1)
             report["runs"].append(run)
-            print(json.dumps(run, default=str)[:2000], flush=True)
+            Path(args.json).write_text(json.dumps(report, indent=1, default=str))
+            print(json.dumps(run, default=str), flush=True)
     Path(args.json).write_text(json.dumps(report, indent=1, default=str))
     print_table(report)
 
