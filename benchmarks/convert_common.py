@@ -14,9 +14,10 @@ for sub in ("python", "cli", "convert", "tests"):
 
 from llamacpp_venv import VENV  # noqa: E402
 
-# LLAMA_FTYPE ids of the presets compared
-FTYPES = {"q4_0": 2, "q4_1": 3, "q8_0": 7, "q5_0": 8, "q5_1": 9, "q4_k_s": 14, "q4_k_m": 15,
-          "q5_k_s": 16, "q5_k_m": 17, "q6_k": 18}
+from localllm_convert.filetypes import PRESETS  # noqa: E402
+
+# LLAMA_FTYPE ids of the quantized presets (what llama_model_quantize is asked for)
+FTYPES = {name: p.ftype for name, p in PRESETS.items() if p.quantized}
 
 _LLAMACPP_QUANTIZE = r"""
 import ctypes, json, sys, time, llama_cpp

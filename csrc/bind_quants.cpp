@@ -1,5 +1,5 @@
 // bind_quants.cpp — Python bindings of the reference conversions: dequantize, quantize,
-// type_info, can_quantize (wrapped with docstrings by python/localllm/quants.py).
+// the type registry (type_info, types, ggml_type_name), can_quantize (wrapped with docstrings by python/localllm/quants.py).
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
@@ -134,14 +134,32 @@ py::array_t<uint8_t> quantize_py(const py::array& x, int64_t type) {
     return out;
 }
 
-py::dict type_info_py(int64_t type) {
-    const lll::TypeTraits& tt = traits_or_throw(type);
+// One registry entry (csrc/quants/type_registry.cpp) as a dict.
+py::dict traits_dict(const lll::TypeTraits& tt) {
     py::dict info;
+    info["id"] = static_cast<uint32_t>(tt.id);
     info["name"] = tt.name;
     info["block_elems"] = tt.block_elems;
     info["block_bytes"] = tt.block_bytes;
     info["quantized"] = tt.quantized;
+    info["vec_dot_type"] = static_cast<uint32_t>(tt.vec_dot_type);
+    info["can_quantize"] = tt.quantize != nullptr;
+    py::list levels;   // ISA levels with a kernel set written (and compiled in) for this type
+    for (int level = 0; level < 3; ++level)
+        if (tt.kernels[level]) levels.append(lll::isa_name(static_cast<lll::Isa>(level)));
+    info["kernels"] = levels;
+    info["repackable"] = tt.repackable;
     return info;
+}
+
+py::dict type_info_py(int64_t type) { return traits_dict(traits_or_throw(type)); }
+
+py::list types_py() {
+    int n = 0;
+    const lll::TypeTraits* const* list = lll::supported_types(&n);
+    py::list out;
+    for (int i = 0; i < n; ++i) out.append(traits_dict(*list[i]));
+    return out;
 }
 
 }  // namespace
@@ -152,7 +170,13 @@ void register_quants(py::module_& m) {
     m.def("quantize", &quantize_py, py::arg("x"), py::arg("type"),
           "float32 array (last dim a multiple of the block size) -> uint8 blocks, last dim in bytes.");
     m.def("type_info", &type_info_py, py::arg("type"),
-          "dict(name, block_elems, block_bytes, quantized) of a ggml type id.");
+          "The type registry's entry of a supported ggml type id: dict(id, name, block_elems, block_bytes, "
+          "quantized, vec_dot_type, can_quantize, kernels, repackable).");
+    m.def("types", &types_py, "Every supported type's registry entry (as type_info), in id order.");
+    m.def("ggml_type_name", [](int64_t type) -> py::object {
+              const char* name = type >= 0 && type <= 0xFFFFFFFFll ? lll::ggml_type_name((uint32_t)type) : nullptr;
+              return name ? py::object(py::str(name)) : py::object(py::none());
+          }, py::arg("type"), "ggml's name of a type id, supported here or not; None for an id ggml does not define.");
     m.def("can_quantize",
           [](int64_t type) {
               return type >= 0 && type <= 0xFFFFFFFFll &&

@@ -18,7 +18,7 @@ namespace lll {
 // ggml_type ids as stored in GGUF tensor infos (never renumber: they are the file format).
 enum class GGMLType : uint32_t {
     F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q8_1 = 9,
-    Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15,
+    Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15, IQ4_NL = 20, IQ4_XS = 23,
     I8 = 24, I16 = 25, I32 = 26, I64 = 27, F64 = 28, BF16 = 30,
 };
 
@@ -31,7 +31,8 @@ constexpr int QK5_0 = 32;
 constexpr int QK5_1 = 32;
 constexpr int QK8_0 = 32;
 constexpr int QK8_1 = 32;
-constexpr int QK_K = 256;          // super-block size of the K-quants
+constexpr int QK4_NL = 32;
+constexpr int QK_K = 256;          // super-block size of the K-quants (and IQ4_XS)
 constexpr int K_SCALE_SIZE = 12;   // packed 6-bit scales/mins of Q4_K and Q5_K
 
 // Q4_0: 32 weights = d * (q - 8), q in [0, 15]; low nibbles hold elements 0..15, high 16..31.
@@ -84,53 +85,52 @@ static_assert(sizeof(block_q6_K) == 2 + QK_K / 16 + 3 * QK_K / 4, "block_q6_K si
 struct block_q8_K { float d; int8_t qs[QK_K]; int16_t bsums[QK_K / 16]; };
 static_assert(sizeof(block_q8_K) == 4 + QK_K + QK_K / 16 * 2, "block_q8_K size");
 
-// Static description of a tensor element type.
+// The 16 values a 4-bit IQ4_NL / IQ4_XS index stands for (ggml's kvalues_iq4nl), a non-linear
+// grid denser near zero.
+constexpr int8_t kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                      1,    13,   25,  38,  53,  69,  89,  113};
+
+// IQ4_NL: 32 weights = d * kvalues_iq4nl[q]; low nibbles hold elements 0..15, high 16..31.
+// Multiplied with Q8_0 activations.
+struct block_iq4_nl { fp16_t d; uint8_t qs[QK4_NL / 2]; };
+static_assert(sizeof(block_iq4_nl) == 2 + QK4_NL / 2, "block_iq4_nl size");
+
+// IQ4_XS: 8 sub-blocks of 32 with 6-bit scales (bias 32): low 4 bits of sub-block j in nibble
+// j % 2 of scales_l[j / 2], high 2 bits in bits 2j..2j+1 of scales_h; weight = d * (ls - 32) *
+// kvalues_iq4nl[q], nibbles as IQ4_NL per 32. Multiplied with Q8_K activations.
+struct block_iq4_xs { fp16_t d; uint16_t scales_h; uint8_t scales_l[QK_K / 64]; uint8_t qs[QK_K / 2]; };
+static_assert(sizeof(block_iq4_xs) == 2 + 2 + QK_K / 64 + QK_K / 2, "block_iq4_xs size");
+
+namespace kern { struct KernelSet; }   // csrc/quants/dot_impl.h
+
+// One ggml tensor type: its layout and everything the runtime does with it. The one table of
+// these is the type registry (csrc/quants/type_registry.cpp); every other list of types (the
+// dispatch of conversions and dot products, GGUF's type names, Python's GGMLType, the
+// converter's checks) is derived from it, so adding a type is adding one entry there.
 struct TypeTraits {
+    GGMLType id;
     const char* name;        // ggml's name, e.g. "Q4_K"
     int32_t block_elems;     // elements per block (1 for plain types)
     int32_t block_bytes;     // bytes per block
     bool quantized;
     GGMLType vec_dot_type;   // activation format this weight type is multiplied with
+    // Host-side operations (null where the type has none; never called from device code):
+    // n elements, a multiple of block_elems, already checked by quants.h's entry points.
+    void (*dequantize)(const void* src, float* dst, int64_t n);
+    void (*quantize)(const float* src, void* dst, int64_t n);   // bit-exact with llama-quantize
+    // Dot-product kernel set written for each level (Isa: scalar, AVX2, AVX-512); a level
+    // without one falls back to the level below (kern::find_kernels).
+    const kern::KernelSet* (*kernels[3])();
+    bool repackable;         // block-sequential at AVX-512 (bseq.h): repacked into panels at load
 };
 
-// Traits of a type id; nullptr when the id is not a type this runtime knows.
-inline const TypeTraits* type_traits(uint32_t id) {
-    // Indexed by id; entries with block_elems == 0 are ids we do not support.
-    static constexpr TypeTraits table[] = {
-        /* 0 F32  */ {"F32", 1, 4, false, GGMLType::F32},
-        /* 1 F16  */ {"F16", 1, 2, false, GGMLType::F16},
-        /* 2 Q4_0 */ {"Q4_0", QK4_0, sizeof(block_q4_0), true, GGMLType::Q8_0},
-        /* 3 Q4_1 */ {"Q4_1", QK4_1, sizeof(block_q4_1), true, GGMLType::Q8_1},
-        /* 4      */ {nullptr, 0, 0, false, GGMLType::F32},
-        /* 5      */ {nullptr, 0, 0, false, GGMLType::F32},
-        /* 6 Q5_0 */ {"Q5_0", QK5_0, sizeof(block_q5_0), true, GGMLType::Q8_0},
-        /* 7 Q5_1 */ {"Q5_1", QK5_1, sizeof(block_q5_1), true, GGMLType::Q8_1},
-        /* 8 Q8_0 */ {"Q8_0", QK8_0, sizeof(block_q8_0), true, GGMLType::Q8_0},
-        /* 9 Q8_1 */ {"Q8_1", QK8_1, sizeof(block_q8_1), true, GGMLType::Q8_1},
-        /* 10 Q2_K */ {"Q2_K", QK_K, sizeof(block_q2_K), true, GGMLType::Q8_K},
-        /* 11 Q3_K */ {"Q3_K", QK_K, sizeof(block_q3_K), true, GGMLType::Q8_K},
-        /* 12 Q4_K */ {"Q4_K", QK_K, sizeof(block_q4_K), true, GGMLType::Q8_K},
-        /* 13 Q5_K */ {"Q5_K", QK_K, sizeof(block_q5_K), true, GGMLType::Q8_K},
-        /* 14 Q6_K */ {"Q6_K", QK_K, sizeof(block_q6_K), true, GGMLType::Q8_K},
-        /* 15 Q8_K */ {"Q8_K", QK_K, sizeof(block_q8_K), true, GGMLType::Q8_K},
-        /* 16..23: IQ formats, not supported */
-        {nullptr, 0, 0, false, GGMLType::F32}, {nullptr, 0, 0, false, GGMLType::F32},
-        {nullptr, 0, 0, false, GGMLType::F32}, {nullptr, 0, 0, false, GGMLType::F32},
-        {nullptr, 0, 0, false, GGMLType::F32}, {nullptr, 0, 0, false, GGMLType::F32},
-        {nullptr, 0, 0, false, GGMLType::F32}, {nullptr, 0, 0, false, GGMLType::F32},
-        /* 24 I8  */ {"I8", 1, 1, false, GGMLType::I8},
-        /* 25 I16 */ {"I16", 1, 2, false, GGMLType::I16},
-        /* 26 I32 */ {"I32", 1, 4, false, GGMLType::I32},
-        /* 27 I64 */ {"I64", 1, 8, false, GGMLType::I64},
-        /* 28 F64 */ {"F64", 1, 8, false, GGMLType::F64},
-        /* 29 IQ1_M */ {nullptr, 0, 0, false, GGMLType::F32},
-        /* 30 BF16 */ {"BF16", 1, 2, false, GGMLType::BF16},
-    };
-    constexpr uint32_t n = sizeof(table) / sizeof(table[0]);
-    if (id >= n || table[id].block_elems == 0) return nullptr;
-    return &table[id];
-}
-
+// Traits of a type id; nullptr when the id is not a type this runtime supports.
+const TypeTraits* type_traits(uint32_t id);
 inline const TypeTraits* type_traits(GGMLType t) { return type_traits(static_cast<uint32_t>(t)); }
+// ggml's name of any type id it defines, supported here or not (for error messages); nullptr
+// for an id ggml does not define.
+const char* ggml_type_name(uint32_t id);
+// The supported types, in id order.
+const TypeTraits* const* supported_types(int* count);
 
 }  // namespace lll

@@ -184,15 +184,6 @@ GGUFValue parse_value(Cursor& cur, IndexBudget& budget, uint32_t type_id, int de
     return v;
 }
 
-// Names of the ggml type ids, supported or not, so errors can say what a file contains.
-const char* const kGGMLTypeNames[] = {
-    "F32", "F16", "Q4_0", "Q4_1", "Q4_2", "Q4_3", "Q5_0", "Q5_1", "Q8_0", "Q8_1",
-    "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K", "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S",
-    "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS", "I8", "I16", "I32", "I64", "F64", "IQ1_M",
-    "BF16", "Q4_0_4_4", "Q4_0_4_8", "Q4_0_8_8", "TQ1_0", "TQ2_0", "IQ4_NL_4_4", "IQ4_NL_4_8",
-    "IQ4_NL_8_8", "MXFP4",
-};
-
 // The read-only mapping of a whole file, unmapped on destruction unless released.
 struct Mapping {
     const uint8_t* base = nullptr;
@@ -233,11 +224,6 @@ void map_file(const std::string& path, Mapping* m) {
 }
 
 }  // namespace
-
-const char* ggml_type_id_name(uint32_t id) {
-    constexpr uint32_t n = sizeof(kGGMLTypeNames) / sizeof(kGGMLTypeNames[0]);
-    return id < n ? kGGMLTypeNames[id] : nullptr;
-}
 
 uint64_t GGUFTensor::row_bytes() const {
     const TypeTraits* tt = type_traits(type);
@@ -392,7 +378,7 @@ void GGUFParser::parse_one_tensor_info(GGUFTensor& t) {
     const uint32_t type_id = cur_.read<uint32_t>("type");
     const TypeTraits* tt = type_traits(type_id);
     if (!tt) {
-        const char* known = ggml_type_id_name(type_id);
+        const char* known = ggml_type_name(type_id);
         throw GGUFError("type id " + u64s(type_id) +
                         (known ? std::string(" (") + known + ") is not supported" : std::string(" is unknown")));
     }

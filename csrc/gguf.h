@@ -132,8 +132,4 @@ class GGUFFile {
     std::unordered_map<std::string_view, size_t> tensor_index_;
 };
 
-// ggml's name of a tensor type id, including ids this runtime does not support
-// ("IQ2_XXS", ...); nullptr for ids that name no type at all.
-const char* ggml_type_id_name(uint32_t id);
-
 }  // namespace lll

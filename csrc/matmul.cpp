@@ -162,7 +162,7 @@ void matmul_q(ThreadPool& pool, GGMLType wtype, const void* W, int64_t N, int64_
 
     const uint8_t* w = (const uint8_t*)W;
     const uint8_t* x = (const uint8_t*)Xq;
-    if (ks->bseq) {
+    if (ks->isa == Isa::AVX512 && wt.repackable) {
         matmul_bseq(pool, wtype, w, wrb, N, K, x, xrb, M, Y, ldy, false);
         return;
     }
@@ -187,8 +187,9 @@ void matmul_q(ThreadPool& pool, GGMLType wtype, const void* W, int64_t N, int64_
 }
 
 bool can_repack(GGMLType wtype, Isa isa) {
-    const kern::KernelSet* ks = isa_available(isa) ? kern::find_kernels(wtype, isa) : nullptr;
-    return ks && ks->bseq;
+    const TypeTraits* tt = type_traits(wtype);
+    const kern::KernelSet* ks = tt && tt->repackable ? kern::find_kernels(wtype, isa) : nullptr;
+    return ks && ks->isa == Isa::AVX512;
 }
 
 size_t repacked_bytes(GGMLType wtype, int64_t N, int64_t K) {

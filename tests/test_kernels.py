@@ -27,14 +27,16 @@ ISAS = [i for i in range(3) if _core.isa_available(i)]
 LEGACY = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0]
 KQUANTS = [T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K]
 FLOATS = [T.F32, T.F16, T.BF16]
-ALL_TYPES = LEGACY + KQUANTS + FLOATS
+IQ4 = [T.IQ4_NL, T.IQ4_XS]
+ALL_TYPES = LEGACY + KQUANTS + FLOATS + IQ4
 VEC_DOT_TYPE = {T.Q4_0: T.Q8_0, T.Q5_0: T.Q8_0, T.Q8_0: T.Q8_0, T.Q4_1: T.Q8_1, T.Q5_1: T.Q8_1,
-                **{t: T.Q8_K for t in KQUANTS}, **{t: t for t in FLOATS}}
+                **{t: T.Q8_K for t in KQUANTS}, **{t: t for t in FLOATS},
+                T.IQ4_NL: T.Q8_0, T.IQ4_XS: T.Q8_K}
 # Types whose SIMD levels must have their own kernels (not fall back to a lower level).
 MUST_HAVE_SIMD = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q8_0, T.Q4_K, T.Q6_K, T.F16, T.F32]
 # Known fallbacks: {type: {requested level: level actually used}}; every other pair is served
-# by its own level (today every type has its own kernel at every level).
-FALLBACKS: dict[T, dict[int, int]] = {}
+# by its own level. IQ4_NL / IQ4_XS have scalar and AVX2 kernels; AVX-512 runs the AVX2 ones.
+FALLBACKS: dict[T, dict[int, int]] = {T.IQ4_NL: {2: 1}, T.IQ4_XS: {2: 1}}
 
 F16_EPS = 2.0 ** -11   # unit roundoff of fp16
 BF16_EPS = 2.0 ** -8
@@ -134,10 +136,22 @@ def random_kquant_rows(t: T, n_rows: int, k: int, rng: np.random.Generator) -> n
     return raw.reshape(n_rows, -1)
 
 
+def random_iq4_rows(t: T, n_rows: int, k: int, rng: np.random.Generator) -> np.ndarray:
+    """Random IQ4_NL / IQ4_XS blocks (any bit pattern is a valid block) with sane f16 scales d
+    (the first field of both)."""
+    elems, size = GGML_QUANT_SIZES[t]
+    raw = rng.integers(0, 256, size=(n_rows * k // elems, size), dtype=np.uint8)
+    scale = 0.002 if t == T.IQ4_XS else 0.05 / 127   # IQ4_XS multiplies d by sub-scales up to 32
+    raw[:, 0:2] = rng.uniform(0.1 * scale, scale, size=(raw.shape[0], 1)).astype(np.float16).view(np.uint8)
+    return raw.reshape(n_rows, -1)
+
+
 def make_weights(t: T, n_rows: int, k: int, rng: np.random.Generator) -> np.ndarray:
     """[n_rows, row_bytes] raw weight rows of type t."""
     if t in KQUANTS:
         return random_kquant_rows(t, n_rows, k, rng)
+    if t in IQ4:
+        return random_iq4_rows(t, n_rows, k, rng)
     w = (rng.standard_normal((n_rows, k)) * 0.05).astype(np.float32)
     if t == T.F32:
         return w.view(np.uint8)
@@ -158,8 +172,9 @@ def make_acts(m: int, k: int, rng: np.random.Generator) -> np.ndarray:
     return x
 
 
-def read_gguf_tensors(path: Path, types: set[T]) -> dict[T, tuple[str, np.ndarray, int]]:
-    """First tensor of each wanted type in a GGUF file: {type: (name, raw [rows, row_bytes], K)}.
+def read_gguf_tensors(path: Path, types: set[T], want=lambda name, k: True) -> dict[T, tuple[str, np.ndarray, int]]:
+    """First tensor of each wanted type in a GGUF file: {type: (name, raw [rows, row_bytes], K)},
+    among the 2-D tensors for which want(name, K) holds.
 
     A minimal reader (header, metadata skipped, tensor infos); gguf.GGUFReader is too slow on the
     big tokenizer vocabularies for a unit test.
@@ -214,7 +229,7 @@ def read_gguf_tensors(path: Path, types: set[T]) -> dict[T, tuple[str, np.ndarra
     base = (pos + alignment - 1) // alignment * alignment
     found = {}
     for name, dims, t, off in infos:
-        if t in types and t not in found and len(dims) == 2:
+        if t in types and t not in found and len(dims) == 2 and want(name, dims[0]):
             k, rows = dims
             rb = row_bytes(t, k)
             found[t] = (name, np.asarray(data[base + off: base + off + rows * rb]).reshape(rows, rb), k)
@@ -302,9 +317,9 @@ def test_quantize_act_float_specials(vdt: T) -> None:
 # ---------------------------------------------------------------------------------------------
 
 def lengths(t: T) -> list[int]:
-    if t in KQUANTS:
+    if t in KQUANTS or t == T.IQ4_XS:
         return [256, 768, 2816, 4096]
-    if t in LEGACY:
+    if t in LEGACY or t == T.IQ4_NL:
         return [32, 96, 224, 1184, 4096, 32 * 129]      # odd block counts: ragged SIMD tails
     return [1, 7, 33, 100, 1003, 4096]
 
@@ -340,6 +355,19 @@ def test_vec_dot_model_rows(t: T, model_rows) -> None:
     name, raw, k = model_rows[t]
     rng = np.random.default_rng(7)
     check_dots(t, raw, k, make_acts(4, k, rng), name)
+
+
+@pytest.mark.parametrize("t", IQ4, ids=lambda t: t.name)
+def test_vec_dot_iq4_real_weight_rows(t: T) -> None:
+    """Real IQ4 rows: SmolLM2's ffn_down weights (K = 1536) quantized to IQ4 by our quantizer
+    (held to llama.cpp's bytes in test_quants.py), as llama-quantize would write them."""
+    from localllm import quants
+    key = "smollm2-135m-q4_1"
+    found = read_gguf_tensors(model_file(key), set(ALL_TYPES), lambda name, k: "ffn_down" in name)
+    src_t, (name, raw, k) = next(iter(found.items()))
+    w = quants.quantize(dequantize(np.ascontiguousarray(raw[:8]), src_t).reshape(-1, k), int(t))
+    rng = np.random.default_rng(8)
+    check_dots(t, w, k, make_acts(4, k, rng), f"{key}:{name} as {t.name}")
 
 
 # ---------------------------------------------------------------------------------------------

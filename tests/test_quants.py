@@ -31,7 +31,7 @@ from localllm.quants import GGMLType as T
 
 # Formats gguf-py 0.x can dequantize (its F32/F16 paths are plain views/astype).
 GGUF_READABLE = [T.F32, T.F16, T.BF16, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0,
-                 T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K]
+                 T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_NL, T.IQ4_XS]
 K_QUANTS = [T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.Q8_K]
 
 # Byte offsets of the fp16 scale fields inside one block (blocks.h layouts). Random blocks get
@@ -39,6 +39,7 @@ K_QUANTS = [T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.Q8_K]
 FP16_FIELDS = {
     T.Q4_0: [0], T.Q4_1: [0, 2], T.Q5_0: [0], T.Q5_1: [0, 2], T.Q8_0: [0], T.Q8_1: [0, 2],
     T.Q2_K: [80, 82], T.Q3_K: [108], T.Q4_K: [0, 2], T.Q5_K: [0, 2], T.Q6_K: [208],
+    T.IQ4_NL: [0], T.IQ4_XS: [0],
 }
 
 
@@ -117,9 +118,29 @@ def test_type_info_matches_gguf_sizes():
     assert quants.row_bytes(T.BF16, 10) == 20
 
 
+def test_type_registry_is_the_one_type_list():
+    """GGMLType, type_info and the GGUF reader's names all come from the C++ registry; its names
+    and activation pairings agree with gguf-py and ggml (IQ4_NL with Q8_0, IQ4_XS with Q8_K)."""
+    entries = _core.types()
+    assert [e["id"] for e in entries] == sorted(e["id"] for e in entries)
+    assert {e["name"]: e["id"] for e in entries} == {t.name: int(t) for t in T}
+    for e in entries:
+        assert e == quants.type_info(e["id"])
+        assert e["vec_dot_type"] in {int(t) for t in T}
+        assert e["can_quantize"] == quants.can_quantize(e["id"])
+    by_name = {e["name"]: e for e in entries}
+    assert by_name["IQ4_NL"]["vec_dot_type"] == T.Q8_0 and by_name["IQ4_XS"]["vec_dot_type"] == T.Q8_K
+    weight_types = set(T) - {T.Q8_1, T.Q8_K, T.I8, T.I16, T.I32, T.I64, T.F64}
+    assert {T(e["id"]) for e in entries if "scalar" in e["kernels"]} == weight_types
+    # every id gguf-py knows is named as ggml names it, supported here or not
+    for gq in GQ:
+        assert _core.ggml_type_name(int(gq)) == gq.name
+    assert _core.ggml_type_name(999) is None and _core.ggml_type_name(-1) is None
+
+
 def test_can_quantize_covers_all_float_and_block_formats():
     expected = {T.F32, T.F16, T.BF16, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q8_1,
-                T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.Q8_K}
+                T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.Q8_K, T.IQ4_NL, T.IQ4_XS}
     assert {t for t in T if quants.can_quantize(t)} == expected
     assert not quants.can_quantize(4) and not quants.can_quantize(99)
     # gguf-py writes at least the plain and legacy formats; all of them are compared below.
@@ -406,6 +427,9 @@ GGML_GOLDEN_SHA256 = {
     T.Q5_K: "f961e46110f0e7880aab512c347cb3dd",
     T.Q6_K: "4c8d356e44e4f020a01ab9084cc6fc19",
     T.Q8_K: "ee86e0c0dc60eed06e9c2a2d7ec0ac8a",
+    # ggml_quantize_chunk without an imatrix (what llama-quantize runs; gguf-py cannot write these)
+    T.IQ4_NL: "865082d508d8a5036de5a63ff41c2e20",
+    T.IQ4_XS: "aa19e8c47c554633bb3a61865b59b8df",
 }
 
 
@@ -413,7 +437,7 @@ GGML_GOLDEN_SHA256 = {
 def test_quantize_matches_ggml_golden_bytes(t):
     x = golden_input()
     digest = hashlib.sha256(quants.quantize(x, t).tobytes()).hexdigest()[:32]
-    assert digest == GGML_GOLDEN_SHA256[t], f"{t.name} bytes differ from ggml's quantize_row_*_ref"
+    assert digest == GGML_GOLDEN_SHA256[t], f"{t.name} bytes differ from ggml's quantizer"
 
 
 # ------------------------------------------------------------------------------- K-quant accuracy
@@ -501,7 +525,7 @@ def test_requantizing_llama_cpp_tensors_reproduces_their_bytes(model_tensors):
 
 # ------------------------------------------------------------------------------- bad input
 
-@pytest.mark.parametrize("type_id", [4, 5, 16, 23, 29, 31, 99, -1, 2**40])
+@pytest.mark.parametrize("type_id", [4, 5, 16, 22, 29, 31, 99, -1, 2**40])
 def test_unsupported_type_ids_rejected(type_id):
     with pytest.raises(ValueError, match="unsupported tensor type id"):
         _core.dequantize(np.zeros(18, np.uint8), type_id, 32)

@@ -6,8 +6,9 @@ import sys
 
 __all__ = ["register", "run_convert", "print_result"]
 
-_TYPES = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k_s", "q4_k_m",
-          "q5_k_s", "q5_k_m", "q6_k"]
+from localllm_convert.filetypes import PRESETS
+
+_TYPES = list(PRESETS)   # the converter's presets (llama.cpp's file types it can write)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -16,8 +17,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("hf_dir", help="checkpoint directory (config.json, *.safetensors, tokenizer)")
     p.add_argument("-o", "--outfile", default=None, help="output .gguf file")
     p.add_argument("--type", "--outtype", dest="type", default="f16", type=str.lower,
-                   choices=_TYPES, help="output type (default f16); the K-quant presets mix "
-                                        "types per tensor as llama.cpp does")
+                   choices=_TYPES, help="output type (default f16); the K-quant and IQ4 presets "
+                                        "mix types per tensor as llama.cpp does")
     p.add_argument("-t", "--threads", type=int, default=None, help="threads (default: all)")
     p.add_argument("--vocab-only", action="store_true", help="write only metadata and vocabulary")
     p.add_argument("--dry-run", action="store_true",

@@ -1,8 +1,12 @@
 """Output presets (``--type``) and the ggml tensor types they are built from.
 
 A preset is llama.cpp's ``LLAMA_FTYPE``: the id recorded in ``general.file_type`` and the
-tensor type most weights get (``llama_ftype_get_default_type``); the K-quant presets mix types
-per tensor (see :mod:`localllm_convert.quant_rules`).
+tensor type most weights get (``llama_ftype_get_default_type``); the K-quant and IQ4 presets mix
+types per tensor (see :mod:`localllm_convert.quant_rules`).
+
+Block sizes come from the runtime's type registry (``localllm.quants.type_info``, the C++ table
+in csrc/quants/type_registry.cpp) when the native core is built, else from gguf-py's table (the
+converter then writes only float and legacy types, see ``arrays.quantize_rows``).
 """
 from __future__ import annotations
 
@@ -45,6 +49,8 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
     Preset("q5_k_s", 16, QT.Q5_K),
     Preset("q5_k_m", 17, QT.Q5_K),
     Preset("q6_k", 18, QT.Q6_K),
+    Preset("iq4_nl", 25, QT.IQ4_NL),
+    Preset("iq4_xs", 30, QT.IQ4_XS),
 )}
 
 
@@ -56,14 +62,24 @@ def preset(name: str) -> Preset:
     return PRESETS[key]
 
 
+def _block(qtype: QT) -> tuple[int, int]:
+    """(elements, bytes) of one block: the type registry's, or gguf-py's without the core."""
+    try:
+        from localllm import quants
+    except ImportError:
+        return GGML_QUANT_SIZES[QT(qtype)]
+    info = quants.type_info(int(qtype))
+    return info["block_elems"], info["block_bytes"]
+
+
 def block_elems(qtype: QT) -> int:
     """Elements per block of ``qtype`` (1 for the float types)."""
-    return GGML_QUANT_SIZES[QT(qtype)][0]
+    return _block(qtype)[0]
 
 
 def row_nbytes(qtype: QT, n: int) -> int:
     """Bytes taken by ``n`` elements of ``qtype`` (``n`` a multiple of the block size)."""
-    elems, nbytes = GGML_QUANT_SIZES[QT(qtype)]
+    elems, nbytes = _block(qtype)
     if n % elems:
         raise ValueError(f"{n} elements is not a multiple of the {QT(qtype).name} block size {elems}")
     return n // elems * nbytes

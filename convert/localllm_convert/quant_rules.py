@@ -9,9 +9,12 @@
 * q4_k_m / q5_k_m: attn_v and ffn_down of the layers ``use_more_bits`` picks (the first and last
   eighth, and every third layer between) go to Q6_K. q4_k_s: attn_v of the first 4 layers and
   ffn_down of the first eighth of the layers go to Q5_K.
+* iq4_nl / iq4_xs: attn_v goes to Q5_K when the model shares each K/V head among 4 or more query
+  heads (n_head / n_head_kv >= 4), ffn_down of the first eighth of the layers to Q5_K.
 * A row length that is not a multiple of the chosen block size falls back: Q4_K -> Q5_0,
-  Q5_K -> Q5_1, Q6_K -> Q8_0, and to F16 when even that does not fit (llama.cpp stops with an
-  error for the legacy types there; the converter writes F16 as convert_hf_to_gguf.py does).
+  Q5_K -> Q5_1, Q6_K -> Q8_0, IQ4_XS -> IQ4_NL, and to F16 when even that does not fit
+  (llama.cpp stops with an error for the legacy types there; the converter writes F16 as
+  convert_hf_to_gguf.py does).
 """
 from __future__ import annotations
 
@@ -24,7 +27,8 @@ from .filetypes import QT, Preset, block_elems
 __all__ = ["TensorChoice", "choose_types", "use_more_bits", "allows_quantization", "category"]
 
 _K_FALLBACK = {QT.Q4_K: QT.Q5_0, QT.Q5_K: QT.Q5_1, QT.Q6_K: QT.Q8_0,
-               QT.Q2_K: QT.Q4_0, QT.Q3_K: QT.Q4_0}
+               QT.Q2_K: QT.Q4_0, QT.Q3_K: QT.Q4_0, QT.IQ4_XS: QT.IQ4_NL}
+_IQ4_PRESETS = ("iq4_nl", "iq4_xs")
 
 # Substrings of tensor names that are never quantized (besides 1-D tensors and norms).
 _NEVER_QUANTIZED = ("_norm.weight", "ffn_gate_inp.weight", "position_embd", "token_types",
@@ -76,7 +80,7 @@ def _layer_of(name: str) -> int:
     return int(m.group(1))
 
 
-def _rule_type(name: str, ncols: int, preset: Preset, n_layer: int, tied: bool) -> QT:
+def _rule_type(name: str, ncols: int, preset: Preset, n_layer: int, n_gqa: int, tied: bool) -> QT:
     """The type before the row-length fallback (llama_tensor_get_type_impl, our presets)."""
     default = preset.default_type
     cat = category(name)
@@ -86,6 +90,8 @@ def _rule_type(name: str, ncols: int, preset: Preset, n_layer: int, tied: bool) 
         return default if default == QT.Q8_0 else QT.Q6_K
     if cat in ("attn_v", "attn_qkv"):
         i = _layer_of(name)   # (llama.cpp counts attn_v tensors in layer order: the same)
+        if preset.name in _IQ4_PRESETS and n_gqa >= 4:
+            return QT.Q5_K
         if preset.name in ("q4_k_m", "q5_k_m") and use_more_bits(i, n_layer):
             return QT.Q6_K
         if preset.name == "q4_k_s" and i < 4:
@@ -94,7 +100,7 @@ def _rule_type(name: str, ncols: int, preset: Preset, n_layer: int, tied: bool) 
         i = _layer_of(name)
         if preset.name in ("q4_k_m", "q5_k_m") and use_more_bits(i, n_layer):
             return QT.Q6_K
-        if preset.name == "q4_k_s" and i < n_layer // 8:
+        if preset.name in _IQ4_PRESETS + ("q4_k_s",) and i < n_layer // 8:
             return QT.Q5_K
     return default
 
@@ -108,7 +114,7 @@ def _fit_rows(qtype: QT, ncols: int) -> QT:
 
 
 def choose_types(tensors: Sequence[tuple[str, Sequence[int], QT]], preset: Preset,
-                 n_layer: int) -> list[TensorChoice]:
+                 n_layer: int, n_gqa: int = 1) -> list[TensorChoice]:
     """The type of every tensor under ``preset``.
 
     Args:
@@ -117,6 +123,7 @@ def choose_types(tensors: Sequence[tuple[str, Sequence[int], QT]], preset: Prese
             (pass F32 for checkpoint tensors, which are written as F32 then).
         preset: the output preset.
         n_layer: the model's block count (for the per-layer rules).
+        n_gqa: query heads per K/V head, n_head / n_head_kv (llama.cpp's n_gqa(), layer 0).
     """
     names = {name for name, _, _ in tensors}
     tied = "output.weight" not in names
@@ -129,7 +136,7 @@ def choose_types(tensors: Sequence[tuple[str, Sequence[int], QT]], preset: Prese
             out.append(TensorChoice(name, preset.default_type))
             continue
         ncols = int(shape[-1])
-        chosen = _rule_type(name, ncols, preset, n_layer, tied)
+        chosen = _rule_type(name, ncols, preset, n_layer, n_gqa, tied)
         fitted = _fit_rows(chosen, ncols)
         out.append(TensorChoice(name, fitted, chosen if fitted != chosen else None))
     return out

@@ -25,6 +25,13 @@ _SKIPPED_KEYS = ("general.architecture", "general.alignment", "split.no", "split
                  "split.tensors.count")
 
 
+def _heads(value) -> int:
+    """A head count as llama.cpp's n_gqa() reads it: layer 0's where the key holds one per layer."""
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return int(value[0]) if len(value) else 0
+    return int(value)
+
+
 def _dequantize(raw: np.ndarray, qtype: QT, shape: tuple[int, ...]) -> np.ndarray:
     if qtype == QT.F32:
         return raw.view(np.float32).reshape(shape)
@@ -98,13 +105,16 @@ def quantize_gguf(in_path: str | os.PathLike, out_path: str | os.PathLike, type:
     if not arch:
         raise ValueError(f"{src_path} has no general.architecture")
     n_layer = int(src.get(f"{arch}.block_count", 0))
+    n_head = _heads(src.get(f"{arch}.attention.head_count", 1))
+    n_head_kv = _heads(src.get(f"{arch}.attention.head_count_kv", n_head)) or 1
+    n_gqa = n_head // n_head_kv
 
     quantized = sorted({QT(t.type).name for t in src.tensors if QT(t.type) not in FLOAT_TYPES})
     if quantized and not allow_requantize:
         raise ValueError(f"{src_path.name} is already quantized ({', '.join(quantized)} tensors); "
                          "requantizing loses quality — pass --allow-requantize to do it anyway")
     infos = [(t.name, tuple(int(d) for d in reversed(t.shape)), QT(t.type)) for t in src.tensors]
-    choices = choose_types(infos, chosen, n_layer)
+    choices = choose_types(infos, chosen, n_layer, n_gqa)
     outputs = []
     for t, (name, shape, current), choice in zip(src.tensors, infos, choices):
         def raw(n=name) -> np.ndarray:

@@ -106,6 +106,21 @@ struct Q8_0Step {
     static __m256i dot(const W& w, __m256i y) { return dot_i8(w.q, y); }
 };
 
+// 32 nibbles (element order) -> the signed grid values kvalues_iq4nl[nibble] (vpshufb looks up
+// within each 128-bit lane, so the 16-byte table sits in both).
+inline __m256i iq4_grid(__m256i nibbles) {
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)kvalues_iq4nl));
+    return _mm256_shuffle_epi8(table, nibbles);
+}
+
+struct IQ4_NLStep {
+    static constexpr int kW = sizeof(block_iq4_nl), kX = sizeof(block_q8_0);
+    static constexpr bool kMin = false;
+    struct W { __m256i q; float d, m; };
+    static W load_w(const uint8_t* p) { return {iq4_grid(unpack_nibbles_16(p + 2)), h2f(load_u16(p)), 0.0f}; }
+    static __m256i dot(const W& w, __m256i y) { return dot_i8(w.q, y); }   // |grid| <= 127
+};
+
 // Activation blocks: Q8_0 (d, qs) or Q8_1 (d, s, qs).
 template <int kX>
 struct ActBlock {
@@ -264,13 +279,29 @@ inline void q3_K_superblock(const uint8_t* blk, const block_q8_K& x, __m256& acc
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(h2f(b->d) * x.d), acc);
 }
 
-template <int kType>   // 0: Q4_K, 1: Q5_K, 2: Q6_K, 3: Q2_K, 4: Q3_K
+// IQ4_XS super-block: per 32-element sub-block the grid values times the activations in int16
+// pairs (|grid|, |y| <= 127: no saturation), times the sub-block scale by vpmaddwd; exact int32.
+inline void iq4_xs_superblock(const uint8_t* blk, const block_q8_K& x, __m256& acc) {
+    const block_iq4_xs* b = (const block_iq4_xs*)blk;
+    __m256i isum = _mm256_setzero_si256();
+    for (int ib = 0; ib < QK_K / 32; ++ib) {
+        const int ls = ((b->scales_l[ib / 2] >> 4 * (ib % 2)) & 0x0F) | (((b->scales_h >> 2 * ib) & 3) << 4);
+        const __m256i q = iq4_grid(unpack_nibbles_16(b->qs + 16 * ib));
+        const __m256i y = _mm256_loadu_si256((const __m256i*)(x.qs + 32 * ib));
+        const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(y, q));
+        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p16, _mm256_set1_epi16((int16_t)(ls - 32))));
+    }
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(h2f(b->d) * x.d), acc);
+}
+
+template <int kType>   // 0: Q4_K, 1: Q5_K, 2: Q6_K, 3: Q2_K, 4: Q3_K, 5: IQ4_XS
 struct KStep {
     static constexpr int kBytes = kType == 0 ? sizeof(block_q4_K) : kType == 1 ? sizeof(block_q5_K)
                                 : kType == 2 ? sizeof(block_q6_K) : kType == 3 ? sizeof(block_q2_K)
-                                : sizeof(block_q3_K);
+                                : kType == 4 ? sizeof(block_q3_K) : sizeof(block_iq4_xs);
     static void superblock(const uint8_t* blk, const block_q8_K& x, __m256& acc) {
-        if constexpr (kType == 2) q6_K_superblock(blk, x, acc);
+        if constexpr (kType == 5) iq4_xs_superblock(blk, x, acc);
+        else if constexpr (kType == 2) q6_K_superblock(blk, x, acc);
         else if constexpr (kType == 3) q2_K_superblock(blk, x, acc);
         else if constexpr (kType == 4) q3_K_superblock(blk, x, acc);
         else q45_K_superblock<kType == 1>(blk, x, acc);
@@ -370,6 +401,8 @@ template <int R, int C> using Q5KTile = KTile<KStep<1>, R, C>;
 template <int R, int C> using Q6KTile = KTile<KStep<2>, R, C>;
 template <int R, int C> using Q2KTile = KTile<KStep<3>, R, C>;
 template <int R, int C> using Q3KTile = KTile<KStep<4>, R, C>;
+template <int R, int C> using IQ4NLTile = LegacyTile<IQ4_NLStep, R, C>;
+template <int R, int C> using IQ4XSTile = KTile<KStep<5>, R, C>;
 template <int R, int C> using F32Tile = FloatTile<F32Load, R, C>;
 template <int R, int C> using F16Tile = FloatTile<F16Load, R, C>;
 template <int R, int C> using BF16Tile = FloatTile<BF16Load, R, C>;
@@ -377,45 +410,23 @@ template <int R, int C> using BF16Tile = FloatTile<BF16Load, R, C>;
 }  // namespace avx2_impl
 using namespace avx2_impl;
 
-const KernelSet* avx2_kernels(GGMLType wtype) {
-    static const KernelSet q4_0 = make_tile_set<Q4_0Tile, 2, 2>(Isa::AVX2),
-                           q4_1 = make_tile_set<Q4_1Tile, 2, 2>(Isa::AVX2),
-                           q5_0 = make_tile_set<Q5_0Tile, 2, 2>(Isa::AVX2),
-                           q5_1 = make_tile_set<Q5_1Tile, 2, 2>(Isa::AVX2),
-                           q8_0 = make_tile_set<Q8_0Tile, 2, 2>(Isa::AVX2),
-                           q4_K = make_tile_set<Q4KTile, 1, 1>(Isa::AVX2),
-                           q5_K = make_tile_set<Q5KTile, 1, 1>(Isa::AVX2),
-                           q6_K = make_tile_set<Q6KTile, 1, 1>(Isa::AVX2),
-                           q2_K = make_tile_set<Q2KTile, 1, 1>(Isa::AVX2),
-                           q3_K = make_tile_set<Q3KTile, 1, 1>(Isa::AVX2),
-                           f32 = make_tile_set<F32Tile, 2, 2>(Isa::AVX2),
-                           f16 = make_tile_set<F16Tile, 2, 2>(Isa::AVX2),
-                           bf16 = make_tile_set<BF16Tile, 2, 2>(Isa::AVX2);
-    switch (wtype) {
-        case GGMLType::Q4_0: return &q4_0;
-        case GGMLType::Q4_1: return &q4_1;
-        case GGMLType::Q5_0: return &q5_0;
-        case GGMLType::Q5_1: return &q5_1;
-        case GGMLType::Q8_0: return &q8_0;
-        case GGMLType::Q4_K: return &q4_K;
-        case GGMLType::Q5_K: return &q5_K;
-        case GGMLType::Q6_K: return &q6_K;
-        case GGMLType::Q2_K: return &q2_K;
-        case GGMLType::Q3_K: return &q3_K;
-        case GGMLType::F32: return &f32;
-        case GGMLType::F16: return &f16;
-        case GGMLType::BF16: return &bf16;
-        default: return nullptr;
-    }
-}
+LLL_DEFINE_KERNEL_SET(avx2_q4_0, (make_tile_set<Q4_0Tile, 2, 2>(Isa::AVX2)))
+LLL_DEFINE_KERNEL_SET(avx2_q4_1, (make_tile_set<Q4_1Tile, 2, 2>(Isa::AVX2)))
+LLL_DEFINE_KERNEL_SET(avx2_q5_0, (make_tile_set<Q5_0Tile, 2, 2>(Isa::AVX2)))
+LLL_DEFINE_KERNEL_SET(avx2_q5_1, (make_tile_set<Q5_1Tile, 2, 2>(Isa::AVX2)))
+LLL_DEFINE_KERNEL_SET(avx2_q8_0, (make_tile_set<Q8_0Tile, 2, 2>(Isa::AVX2)))
+LLL_DEFINE_KERNEL_SET(avx2_q4_K, (make_tile_set<Q4KTile, 1, 1>(Isa::AVX2)))
+LLL_DEFINE_KERNEL_SET(avx2_q5_K, (make_tile_set<Q5KTile, 1, 1>(Isa::AVX2)))
+LLL_DEFINE_KERNEL_SET(avx2_q6_K, (make_tile_set<Q6KTile, 1, 1>(Isa::AVX2)))
+LLL_DEFINE_KERNEL_SET(avx2_q2_K, (make_tile_set<Q2KTile, 1, 1>(Isa::AVX2)))
+LLL_DEFINE_KERNEL_SET(avx2_q3_K, (make_tile_set<Q3KTile, 1, 1>(Isa::AVX2)))
+LLL_DEFINE_KERNEL_SET(avx2_f32, (make_tile_set<F32Tile, 2, 2>(Isa::AVX2)))
+LLL_DEFINE_KERNEL_SET(avx2_f16, (make_tile_set<F16Tile, 2, 2>(Isa::AVX2)))
+LLL_DEFINE_KERNEL_SET(avx2_bf16, (make_tile_set<BF16Tile, 2, 2>(Isa::AVX2)))
+LLL_DEFINE_KERNEL_SET(avx2_iq4_nl, (make_tile_set<IQ4NLTile, 2, 2>(Isa::AVX2)))
+LLL_DEFINE_KERNEL_SET(avx2_iq4_xs, (make_tile_set<IQ4XSTile, 1, 1>(Isa::AVX2)))
 
 }  // namespace kern
 }  // namespace lll
 
-#else   // !LLL_BUILD_AVX2
-namespace lll {
-namespace kern {
-const KernelSet* avx2_kernels(GGMLType) { return nullptr; }
-}  // namespace kern
-}  // namespace lll
 #endif

@@ -94,52 +94,29 @@ template <int R, int C> using BF16Tile = FloatTile<BF16Load, R, C>;
 template <GGMLType T>
 float bseq_dot(int64_t n, const void* w, const void* x) { return bseq::dot_ref(T, n, w, x); }
 
+// The registry marks these types repackable: matmul runs them through bseq::matmul_avx512.
 template <GGMLType T>
 KernelSet make_bseq_set() {
-    KernelSet ks = make_tile_set<DotTile<&bseq_dot<T>>::template T, 1, 1>(Isa::AVX512);
-    ks.bseq = true;
-    return ks;
+    return make_tile_set<DotTile<&bseq_dot<T>>::template T, 1, 1>(Isa::AVX512);
 }
 
 }  // namespace avx512_impl
 using namespace avx512_impl;
 
-const KernelSet* avx512_kernels(GGMLType wtype) {
-    // Tile shapes measured on a Sapphire Rapids core (GOP/s with weights in L2).
-    static const KernelSet q4_0 = make_bseq_set<GGMLType::Q4_0>(),
-                           q4_1 = make_bseq_set<GGMLType::Q4_1>(),
-                           q5_0 = make_bseq_set<GGMLType::Q5_0>(),
-                           q5_1 = make_bseq_set<GGMLType::Q5_1>(),
-                           q8_0 = make_bseq_set<GGMLType::Q8_0>(),
-                           q4_k = make_bseq_set<GGMLType::Q4_K>(),
-                           q5_k = make_bseq_set<GGMLType::Q5_K>(),
-                           q6_k = make_bseq_set<GGMLType::Q6_K>(),
-                           f32 = make_tile_set<F32Tile, 4, 3, 2>(Isa::AVX512),
-                           f16 = make_tile_set<F16Tile, 4, 3, 2>(Isa::AVX512),
-                           bf16 = make_tile_set<BF16Tile, 4, 3, 2>(Isa::AVX512);
-    switch (wtype) {
-        case GGMLType::Q4_0: return &q4_0;
-        case GGMLType::Q4_1: return &q4_1;
-        case GGMLType::Q5_0: return &q5_0;
-        case GGMLType::Q5_1: return &q5_1;
-        case GGMLType::Q8_0: return &q8_0;
-        case GGMLType::F32: return &f32;
-        case GGMLType::F16: return &f16;
-        case GGMLType::BF16: return &bf16;
-        case GGMLType::Q4_K: return &q4_k;
-        case GGMLType::Q5_K: return &q5_k;
-        case GGMLType::Q6_K: return &q6_k;
-        default: return avx512_kquant_kernels(wtype);
-    }
-}
+// Float tile shapes measured on a Sapphire Rapids core (GOP/s with weights in L2).
+LLL_DEFINE_KERNEL_SET(avx512_q4_0, make_bseq_set<GGMLType::Q4_0>())
+LLL_DEFINE_KERNEL_SET(avx512_q4_1, make_bseq_set<GGMLType::Q4_1>())
+LLL_DEFINE_KERNEL_SET(avx512_q5_0, make_bseq_set<GGMLType::Q5_0>())
+LLL_DEFINE_KERNEL_SET(avx512_q5_1, make_bseq_set<GGMLType::Q5_1>())
+LLL_DEFINE_KERNEL_SET(avx512_q8_0, make_bseq_set<GGMLType::Q8_0>())
+LLL_DEFINE_KERNEL_SET(avx512_q4_K, make_bseq_set<GGMLType::Q4_K>())
+LLL_DEFINE_KERNEL_SET(avx512_q5_K, make_bseq_set<GGMLType::Q5_K>())
+LLL_DEFINE_KERNEL_SET(avx512_q6_K, make_bseq_set<GGMLType::Q6_K>())
+LLL_DEFINE_KERNEL_SET(avx512_f32, (make_tile_set<F32Tile, 4, 3, 2>(Isa::AVX512)))
+LLL_DEFINE_KERNEL_SET(avx512_f16, (make_tile_set<F16Tile, 4, 3, 2>(Isa::AVX512)))
+LLL_DEFINE_KERNEL_SET(avx512_bf16, (make_tile_set<BF16Tile, 4, 3, 2>(Isa::AVX512)))
 
 }  // namespace kern
 }  // namespace lll
 
-#else   // !LLL_BUILD_AVX512
-namespace lll {
-namespace kern {
-const KernelSet* avx512_kernels(GGMLType) { return nullptr; }
-}  // namespace kern
-}  // namespace lll
 #endif

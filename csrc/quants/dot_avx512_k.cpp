@@ -153,24 +153,11 @@ template <int R, int C> using Q3KTile = KTile<Q3KStep, R, C>;
 }  // namespace avx512k_impl
 using namespace avx512k_impl;
 
-const KernelSet* avx512_kquant_kernels(GGMLType wtype) {
-    // Tile shapes measured on a Sapphire Rapids core (GOP/s with weights in L2).
-    static const KernelSet q2_K = make_tile_set<Q2KTile, 2, 4, 1>(Isa::AVX512),
-                           q3_K = make_tile_set<Q3KTile, 2, 4, 1>(Isa::AVX512);
-    switch (wtype) {
-        case GGMLType::Q2_K: return &q2_K;
-        case GGMLType::Q3_K: return &q3_K;
-        default: return nullptr;
-    }
-}
+// Tile shapes measured on a Sapphire Rapids core (GOP/s with weights in L2).
+LLL_DEFINE_KERNEL_SET(avx512_q2_K, (make_tile_set<Q2KTile, 2, 4, 1>(Isa::AVX512)))
+LLL_DEFINE_KERNEL_SET(avx512_q3_K, (make_tile_set<Q3KTile, 2, 4, 1>(Isa::AVX512)))
 
 }  // namespace kern
 }  // namespace lll
 
-#else   // !LLL_BUILD_AVX512
-namespace lll {
-namespace kern {
-const KernelSet* avx512_kquant_kernels(GGMLType) { return nullptr; }
-}  // namespace kern
-}  // namespace lll
 #endif

@@ -53,18 +53,36 @@ struct KernelSet {
     int max_r, max_c;                      // largest tile provided (used for M > 1)
     int decode_r;                          // weight rows per tile when M == 1 (<= max_r)
     TileFn tile[kMaxTile][kMaxTile];       // tile[R-1][C-1]; set for R <= max_r, C <= max_c
-    bool bseq = false;                     // matmul goes through bseq::matmul_avx512 (bseq.h)
 };
 
-// Kernel set implemented at exactly this level, or nullptr (type not written for that level,
-// or level not compiled in). Does not check the CPU.
-const KernelSet* scalar_kernels(GGMLType wtype);
-const KernelSet* avx2_kernels(GGMLType wtype);
-const KernelSet* avx512_kernels(GGMLType wtype);
-const KernelSet* avx512_kquant_kernels(GGMLType wtype);   // K-quant part of avx512_kernels
+// The kernel sets, one function per (level, weight type), defined in that level's file
+// (dot_scalar.cpp, dot_avx2.cpp, dot_avx512.cpp, dot_avx512_k.cpp) and referenced only by the
+// type registry's kernels[] (type_registry.cpp). AVX2 / AVX-512 ones exist only where that level
+// is compiled in (LLL_BUILD_AVX2 / LLL_BUILD_AVX512).
+#define LLL_KERNEL_SETS(level)                                                                 \
+    const KernelSet* level##_q4_0(); const KernelSet* level##_q4_1();                          \
+    const KernelSet* level##_q5_0(); const KernelSet* level##_q5_1();                          \
+    const KernelSet* level##_q8_0(); const KernelSet* level##_q2_K();                          \
+    const KernelSet* level##_q3_K(); const KernelSet* level##_q4_K();                          \
+    const KernelSet* level##_q5_K(); const KernelSet* level##_q6_K();                          \
+    const KernelSet* level##_f32(); const KernelSet* level##_f16(); const KernelSet* level##_bf16(); \
+    const KernelSet* level##_iq4_nl(); const KernelSet* level##_iq4_xs();
+namespace sets {
+LLL_KERNEL_SETS(scalar)
+LLL_KERNEL_SETS(avx2)
+LLL_KERNEL_SETS(avx512)
+}  // namespace sets
+#undef LLL_KERNEL_SETS
 
-// Best kernel set at or below `isa` for this weight type (falls back level by level);
-// nullptr when the type has no dot product or `isa` is not available on this CPU.
+// Defines a kernel-set function of `sets` returning one static KernelSet built by `expr`.
+#define LLL_DEFINE_KERNEL_SET(fn, expr)         \
+    const KernelSet* sets::fn() {               \
+        static const KernelSet ks = expr;       \
+        return &ks;                             \
+    }
+
+// Best kernel set at or below `isa` for this weight type (the registry's kernels[], falling back
+// level by level); nullptr when the type has no dot product or `isa` is not available here.
 const KernelSet* find_kernels(GGMLType wtype, Isa isa);
 
 // Activation quantizers per level; n is a multiple of the block size (checked by the caller).

@@ -1,5 +1,5 @@
 // dot_scalar.cpp — scalar reference dot products (weight row . activation row) for every weight
-// type, plus the level-by-level kernel lookup (find_kernels, vec_dot_fn).
+// type, plus the level-by-level kernel lookup through the type registry (find_kernels, vec_dot_fn).
 //
 // Integer parts are exact; the float part follows ggml's generic code: per block (or super-block)
 // f32 scale products times the integer sum, accumulated in f32. Plain float types accumulate in
@@ -220,6 +220,43 @@ float dot_q6_K(int64_t n, const void* vw, const void* vx) {
     return sumf;
 }
 
+// ---- 4-bit non-linear grid (kvalues_iq4nl) ----------------------------------------------------
+
+// sum over one 32-element block of grid[nibble] * y: low nibbles of qs[j] are elements j,
+// high nibbles elements 16 + j.
+inline int dot_iq4_block(const uint8_t* qs, const int8_t* y) {
+    int s = 0;
+    for (int j = 0; j < 16; ++j) {
+        s += kvalues_iq4nl[qs[j] & 0x0F] * y[j];
+        s += kvalues_iq4nl[qs[j] >> 4] * y[j + 16];
+    }
+    return s;
+}
+
+float dot_iq4_nl(int64_t n, const void* vw, const void* vx) {
+    const block_iq4_nl* w = (const block_iq4_nl*)vw;
+    const block_q8_0* x = (const block_q8_0*)vx;
+    float sumf = 0.0f;
+    for (int64_t i = 0; i < n / QK4_NL; ++i)
+        sumf += (float)dot_iq4_block(w[i].qs, x[i].qs) * (h2f(w[i].d) * h2f(x[i].d));
+    return sumf;
+}
+
+float dot_iq4_xs(int64_t n, const void* vw, const void* vx) {
+    const block_iq4_xs* w = (const block_iq4_xs*)vw;
+    const block_q8_K* x = (const block_q8_K*)vx;
+    float sumf = 0.0f;
+    for (int64_t i = 0; i < n / QK_K; ++i) {
+        int isum = 0;   // exact: |isum| <= 8 * 32 * 32 * 127 * 127
+        for (int ib = 0; ib < QK_K / 32; ++ib) {
+            const int ls = ((w[i].scales_l[ib / 2] >> 4 * (ib % 2)) & 0x0F) | (((w[i].scales_h >> 2 * ib) & 3) << 4);
+            isum += (ls - 32) * dot_iq4_block(w[i].qs + 16 * ib, x[i].qs + 32 * ib);
+        }
+        sumf += (h2f(w[i].d) * x[i].d) * (float)isum;
+    }
+    return sumf;
+}
+
 // ---- plain float types (activations in the same type) ---------------------------------------
 
 float dot_f32(int64_t n, const void* vw, const void* vx) {
@@ -258,39 +295,28 @@ KernelSet make_scalar_set() {
 }  // namespace scalar_impl
 using namespace scalar_impl;
 
-const KernelSet* scalar_kernels(GGMLType wtype) {
-    static const KernelSet q4_0 = make_scalar_set<dot_q4_0>(), q4_1 = make_scalar_set<dot_q4_1>(),
-                           q5_0 = make_scalar_set<dot_q5_0>(), q5_1 = make_scalar_set<dot_q5_1>(),
-                           q8_0 = make_scalar_set<dot_q8_0>(), q2_K = make_scalar_set<dot_q2_K>(),
-                           q3_K = make_scalar_set<dot_q3_K>(), q4_K = make_scalar_set<dot_q4_K>(),
-                           q5_K = make_scalar_set<dot_q5_K>(), q6_K = make_scalar_set<dot_q6_K>(),
-                           f32 = make_scalar_set<dot_f32>(), f16 = make_scalar_set<dot_f16>(),
-                           bf16 = make_scalar_set<dot_bf16>();
-    switch (wtype) {
-        case GGMLType::Q4_0: return &q4_0;
-        case GGMLType::Q4_1: return &q4_1;
-        case GGMLType::Q5_0: return &q5_0;
-        case GGMLType::Q5_1: return &q5_1;
-        case GGMLType::Q8_0: return &q8_0;
-        case GGMLType::Q2_K: return &q2_K;
-        case GGMLType::Q3_K: return &q3_K;
-        case GGMLType::Q4_K: return &q4_K;
-        case GGMLType::Q5_K: return &q5_K;
-        case GGMLType::Q6_K: return &q6_K;
-        case GGMLType::F32: return &f32;
-        case GGMLType::F16: return &f16;
-        case GGMLType::BF16: return &bf16;
-        default: return nullptr;
-    }
-}
+LLL_DEFINE_KERNEL_SET(scalar_q4_0, make_scalar_set<dot_q4_0>())
+LLL_DEFINE_KERNEL_SET(scalar_q4_1, make_scalar_set<dot_q4_1>())
+LLL_DEFINE_KERNEL_SET(scalar_q5_0, make_scalar_set<dot_q5_0>())
+LLL_DEFINE_KERNEL_SET(scalar_q5_1, make_scalar_set<dot_q5_1>())
+LLL_DEFINE_KERNEL_SET(scalar_q8_0, make_scalar_set<dot_q8_0>())
+LLL_DEFINE_KERNEL_SET(scalar_q2_K, make_scalar_set<dot_q2_K>())
+LLL_DEFINE_KERNEL_SET(scalar_q3_K, make_scalar_set<dot_q3_K>())
+LLL_DEFINE_KERNEL_SET(scalar_q4_K, make_scalar_set<dot_q4_K>())
+LLL_DEFINE_KERNEL_SET(scalar_q5_K, make_scalar_set<dot_q5_K>())
+LLL_DEFINE_KERNEL_SET(scalar_q6_K, make_scalar_set<dot_q6_K>())
+LLL_DEFINE_KERNEL_SET(scalar_f32, make_scalar_set<dot_f32>())
+LLL_DEFINE_KERNEL_SET(scalar_f16, make_scalar_set<dot_f16>())
+LLL_DEFINE_KERNEL_SET(scalar_bf16, make_scalar_set<dot_bf16>())
+LLL_DEFINE_KERNEL_SET(scalar_iq4_nl, make_scalar_set<dot_iq4_nl>())
+LLL_DEFINE_KERNEL_SET(scalar_iq4_xs, make_scalar_set<dot_iq4_xs>())
 
 const KernelSet* find_kernels(GGMLType wtype, Isa isa) {
-    if (!isa_available(isa)) return nullptr;
-    if (isa == Isa::AVX512)
-        if (const KernelSet* ks = avx512_kernels(wtype)) return ks;
-    if (isa >= Isa::AVX2)
-        if (const KernelSet* ks = avx2_kernels(wtype)) return ks;
-    return scalar_kernels(wtype);
+    const TypeTraits* tt = type_traits(wtype);
+    if (!tt || !isa_available(isa)) return nullptr;
+    for (int level = (int)isa; level >= 0; --level)
+        if (tt->kernels[level]) return tt->kernels[level]();
+    return nullptr;
 }
 
 }  // namespace kern

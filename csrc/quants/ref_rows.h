@@ -54,6 +54,12 @@ void quantize_q5_K(const float* src, void* dst, int64_t k);
 void quantize_q6_K(const float* src, void* dst, int64_t k);
 void quantize_q8_K(const float* src, void* dst, int64_t k);
 
+// ---- 4-bit non-linear formats (ref_iquants.cpp) ----
+void dequantize_iq4_nl(const void* src, float* dst, int64_t k);
+void dequantize_iq4_xs(const void* src, float* dst, int64_t k);
+void quantize_iq4_nl(const float* src, void* dst, int64_t k);
+void quantize_iq4_xs(const float* src, void* dst, int64_t k);
+
 // float -> int32 truncation as x86's cvttss2si does it, without C++'s undefined behaviour:
 // NaN and values outside the int32 range give INT32_MIN. ggml's `(int8_t)(x + 8.5f)` style
 // casts compile to exactly this followed by keeping the low bits.

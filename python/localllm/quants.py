@@ -29,35 +29,18 @@ __all__ = [
 ]
 
 
-class GGMLType(enum.IntEnum):
-    """ggml tensor type ids as stored in GGUF files (mirrors csrc/blocks.h; never renumber)."""
-
-    F32 = 0
-    F16 = 1
-    Q4_0 = 2
-    Q4_1 = 3
-    Q5_0 = 6
-    Q5_1 = 7
-    Q8_0 = 8
-    Q8_1 = 9
-    Q2_K = 10
-    Q3_K = 11
-    Q4_K = 12
-    Q5_K = 13
-    Q6_K = 14
-    Q8_K = 15
-    I8 = 24
-    I16 = 25
-    I32 = 26
-    I64 = 27
-    F64 = 28
-    BF16 = 30
+# ggml tensor type ids as stored in GGUF files, one member per type the C++ type registry
+# (csrc/quants/type_registry.cpp) supports; never renumbered: they are the file format.
+GGMLType = enum.IntEnum("GGMLType", [(t["name"], t["id"]) for t in _core.types()])
+GGMLType.__doc__ = "ggml tensor type ids this runtime supports (from the C++ type registry)."
 
 
 def type_info(qtype: int) -> dict[str, Any]:
-    """``{"name", "block_elems", "block_bytes", "quantized"}`` of a type id.
+    """The type registry's entry of a type id.
 
-    Raises ValueError for an id this runtime does not support (e.g. the IQ formats).
+    ``{"id", "name", "block_elems", "block_bytes", "quantized", "vec_dot_type" (the activation
+    type id it is multiplied with), "can_quantize", "kernels" (ISA levels with a dot product
+    written for it), "repackable"}``. Raises ValueError for an id this runtime does not support.
     """
     return _core.type_info(int(qtype))
 

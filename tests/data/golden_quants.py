@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Makes test_quants.py's GGML_GOLDEN_SHA256 from llama.cpp's own reference quantizers.
 
-It calls ggml's quantize_row_<type>_ref on tests/golden_input.py's rows through ctypes, from the
-libggml-base that llama-cpp-python 0.3.36 builds (the benchmarks' cache venv,
+It calls ggml's quantize_row_<type>_ref (for IQ4_NL / IQ4_XS: ggml_quantize_chunk with no
+imatrix, what llama-quantize runs for them) on tests/golden_input.py's rows through ctypes, from
+the libggml-base that llama-cpp-python 0.3.36 builds (the benchmarks' cache venv,
 benchmarks/llamacpp_venv.py), and prints the first 32 hex digits of each output's sha256.
 
     PYTHONPATH=python python3 tests/data/golden_quants.py            # print the table
@@ -22,6 +23,9 @@ TESTS = Path(__file__).resolve().parent.parent
 # ggml's type ids (ggml.h enum ggml_type) of the formats with a reference quantizer.
 GGML_TYPES = {"Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8, "Q8_1": 9, "Q2_K": 10,
               "Q3_K": 11, "Q4_K": 12, "Q5_K": 13, "Q6_K": 14, "Q8_K": 15}
+# Types llama-quantize writes through ggml_quantize_chunk rather than quantize_row_*_ref
+# (for IQ4_NL the two differ: the _ref function runs a cruder scale search).
+GGML_CHUNK_TYPES = {"IQ4_NL": 20, "IQ4_XS": 23}
 
 
 def digests() -> dict[str, str]:
@@ -41,6 +45,13 @@ def digests() -> dict[str, str]:
         fn.restype = None
         y = np.zeros(lib.ggml_row_size(type_id, x.size), np.uint8)
         fn(x.ctypes.data, y.ctypes.data, x.size)
+        out[name] = hashlib.sha256(y.tobytes()).hexdigest()[:32]
+    lib.ggml_quantize_chunk.restype = ctypes.c_size_t
+    lib.ggml_quantize_chunk.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                                        ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
+    for name, type_id in GGML_CHUNK_TYPES.items():
+        y = np.zeros(lib.ggml_row_size(type_id, x.size), np.uint8)
+        lib.ggml_quantize_chunk(type_id, x.ctypes.data, y.ctypes.data, 0, x.shape[0], x.shape[1], None)
         out[name] = hashlib.sha256(y.tobytes()).hexdigest()[:32]
     return out
 
