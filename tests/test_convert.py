@@ -328,16 +328,25 @@ def test_q8_0_top1_agreement_smollm2(converted):
     # Reference: transformers fp32 (the F16 file matches it to ~1e-3, test above). SmolLM2-135M
     # is sensitive to weight rounding: transformers itself, with its weights rounded to Q8_0,
     # agrees with fp32 on 98.8% of these 256 positions (98.0% of 1024), so the 99% is out
-    # of reach for any Q8_0 file. We also round the activations to 8 bits, as llama.cpp does (its
-    # order, numerics="llama.cpp", scores the same on 1024 positions): the bound holds us within
-    # 3.5 points of the weights-only ceiling, measured here (96.1% vs 98.8%).
+    # of reach for any Q8_0 file. We also round the activations to 8 bits, as llama.cpp does, and
+    # top-1 agreement then jitters by a few positions with the summation order alone. Measured on
+    # these 256 positions: llama.cpp's order (numerics="llama.cpp") 94.9%; "fast" 96.1% on
+    # AVX-512, 94.5% on AVX2 (whose logits are nevertheless the closer to fp32: rel. error 0.050
+    # vs 0.061), 95.3% on the scalar kernels. So the bounds: within 5 points of the weights-only
+    # ceiling, within 2 points (5 positions) of llama.cpp's own order on the same file, and the
+    # relative logits error of llama.cpp's order or better.
+    from localllm import LLM
     path = converted("smollm2", "q8_0")
     ids = corpus_ids(path, 256)
     ours, ref = llm_logits(path, ids), hf_logits("smollm2", ids)
+    llama_order = LLM(str(path), n_ctx=len(ids) + 1, seed=0, numerics="llama.cpp").logits(ids)
     ceiling = float((hf_q8_0_logits("smollm2", ids).argmax(-1) == ref.argmax(-1)).mean())
     agree = float((ours.argmax(-1) == ref.argmax(-1)).mean())
-    assert agree >= ceiling - 0.035, f"q8_0 top-1 agreement {agree:.3f}, transformers with Q8_0 weights {ceiling:.3f}"
-    assert rel_err(ours, ref) <= 0.06
+    agree_llama = float((llama_order.argmax(-1) == ref.argmax(-1)).mean())
+    msg = f"q8_0 top-1 agreement {agree:.3f}, llama.cpp order {agree_llama:.3f}, Q8_0-weights transformers {ceiling:.3f}"
+    assert agree >= ceiling - 0.05, msg
+    assert agree >= agree_llama - 0.02, msg
+    assert rel_err(ours, ref) <= max(0.06, rel_err(llama_order, ref))
 
 
 @pytest.mark.parametrize("name", ["qwen2", "gemma3"])

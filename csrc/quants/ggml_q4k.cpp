@@ -288,7 +288,7 @@ bool matmul_q4_K(ThreadPool& pool, const void* W, int64_t N, int64_t K, const fl
     if (M <= 0) return true;
     const int64_t nb = K / QK_K;
     const size_t wrb = (size_t)nb * sizeof(block_q4_K), xrb = (size_t)nb * sizeof(block_q8_K);
-    bool fast = false;
+    [[maybe_unused]] bool fast = false;  // read only by the AVX-512 branches
 #if LLL_BUILD_AVX512
     fast = !use_reference && isa_available(Isa::AVX512);
 #endif
