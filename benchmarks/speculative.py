@@ -104,7 +104,10 @@ a = json.loads(sys.argv[1])
 res = {}
 for mode in ("plain", "spec"):
     draft = LlamaPromptLookupDecoding(max_ngram_size=a["ngram_max"], num_pred_tokens=a["draft_max"]) if mode == "spec" else None
-    llm = Llama(a["model"], n_ctx=4096, n_threads=a["threads"], n_threads_batch=a["threads"], draft_model=draft, verbose=False)
+    # logits_all with a draft: llama-cpp-python forces it on in the context but sizes its score
+    # buffer from the argument (n_batch rows), so a prompt past 512 tokens overflows it
+    llm = Llama(a["model"], n_ctx=4096, n_threads=a["threads"], n_threads_batch=a["threads"], draft_model=draft,
+                logits_all=draft is not None, verbose=False)
     out = {}
     for w, sets in a["prompts"].items():
         n_tok, secs = 0, 0.0
