@@ -249,9 +249,9 @@ def hf_logits(name: str, ids: list[int]) -> np.ndarray:
         return _HF[name](torch.tensor([ids])).logits[0].float().numpy()
 
 
-def llm_logits(path: Path, ids: list[int]) -> np.ndarray:
+def llm_logits(path: Path, ids: list[int], numerics: str = "fast") -> np.ndarray:
     from localllm import LLM
-    return LLM(str(path), n_ctx=max(64, len(ids) + 1), seed=0).logits(ids)
+    return LLM(str(path), n_ctx=max(64, len(ids) + 1), seed=0, numerics=numerics).logits(ids)
 
 
 def rel_err(x: np.ndarray, ref: np.ndarray) -> float:
@@ -335,11 +335,10 @@ def test_q8_0_top1_agreement_smollm2(converted):
     # vs 0.061), 95.3% on the scalar kernels. So the bounds: within 5 points of the weights-only
     # ceiling, within 2 points (5 positions) of llama.cpp's own order on the same file, and the
     # relative logits error of llama.cpp's order or better.
-    from localllm import LLM
     path = converted("smollm2", "q8_0")
     ids = corpus_ids(path, 256)
     ours, ref = llm_logits(path, ids), hf_logits("smollm2", ids)
-    llama_order = LLM(str(path), n_ctx=len(ids) + 1, seed=0, numerics="llama.cpp").logits(ids)
+    llama_order = llm_logits(path, ids, numerics="llama.cpp")
     ceiling = float((hf_q8_0_logits("smollm2", ids).argmax(-1) == ref.argmax(-1)).mean())
     agree = float((ours.argmax(-1) == ref.argmax(-1)).mean())
     agree_llama = float((llama_order.argmax(-1) == ref.argmax(-1)).mean())
