@@ -20,6 +20,7 @@ namespace lll {
 
 struct Batch;
 struct HParams;
+struct RopeFreqs;
 class KVCache;
 class ThreadPool;
 enum class RopeStyle : int;
@@ -118,7 +119,8 @@ public:
     // y[rows, n] = x / sqrt(mean(x^2) + eps) * w, per row (in place allowed).
     virtual void rms_norm(const float* x, const WeightRef& w, float* y, int64_t rows, int64_t n, float eps) = 0;
     // x[T, n_heads, head_dim] rotated in place at the batch's positions.
-    virtual void rope(float* x, int64_t T, int n_heads, int head_dim, int rope_dims, float base, RopeStyle style) = 0;
+    virtual void rope(float* x, int64_t T, int n_heads, int head_dim, int rope_dims, const RopeFreqs& f,
+                      RopeStyle style) = 0;
     virtual void scale(float* x, float s, int64_t n) = 0;                       // x *= s
     // k, v [T, kv_width] stored in each token's slot of layer `layer` (the layer's KV is on this backend).
     virtual void kv_write(KVCache& kv, int layer, const float* k, const float* v, const Batch& b) = 0;

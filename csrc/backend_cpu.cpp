@@ -61,8 +61,9 @@ public:
     void rms_norm(const float* x, const WeightRef& w, float* y, int64_t rows, int64_t n, float eps) override {
         rms_norm_rows(pool_, x, w.f32(), y, rows, n, eps);
     }
-    void rope(float* x, int64_t T, int n_heads, int head_dim, int rope_dims, float base, RopeStyle style) override {
-        lll::rope(pool_, x, T, n_heads, head_dim, rope_dims, rope_cs(batch_->positions, T, rope_dims, base), style);
+    void rope(float* x, int64_t T, int n_heads, int head_dim, int rope_dims, const RopeFreqs& f,
+              RopeStyle style) override {
+        lll::rope(pool_, x, T, n_heads, head_dim, rope_dims, rope_cs(batch_->positions, T, rope_dims, f), style);
     }
     void scale(float* x, float s, int64_t n) override { scale_inplace(x, s, n); }
     void kv_write(KVCache& kv, int layer, const float* k, const float* v, const Batch& b) override {
@@ -97,7 +98,7 @@ private:
     void linear_quantized(const WeightRef& w, const void* xq, int64_t T, float* y, const WeightRef* bias);
     struct PendingGroup;
     void flush_group(PendingGroup& group, int64_t T);
-    const float* rope_cs(const int32_t* positions, int64_t T, int rope_dims, float base);
+    const float* rope_cs(const int32_t* positions, int64_t T, int rope_dims, const RopeFreqs& f);
 
     const HParams* hp_;
     ThreadPool& pool_;
@@ -110,7 +111,8 @@ private:
     std::unique_ptr<Buffer> act_, xq_;           // scratch: float activations, quantized x
     int64_t scratch_T_ = 0;
     struct RopeCache {
-        float base = 0.0f;
+        RopeFreqs freqs;
+        int dims = 0;
         std::vector<int32_t> positions;
         std::vector<float> cs;
     } rope_cache_[2];
@@ -158,19 +160,20 @@ void CpuBackend::place_weights(const std::vector<WeightRef*>& matrices, const st
     }
 }
 
-const float* CpuBackend::rope_cs(const int32_t* positions, int64_t T, int rope_dims, float base) {
-    // Made by the forward's first layer with that base, reused by the others (Gemma3 alternates
-    // two bases).
+const float* CpuBackend::rope_cs(const int32_t* positions, int64_t T, int rope_dims, const RopeFreqs& f) {
+    // Made by the forward's first layer with those frequencies, reused by the others (Gemma3
+    // alternates two bases).
     for (RopeCache& c : rope_cache_)
-        if (c.base == base && (int64_t)c.positions.size() == T &&
+        if (c.freqs.same_as(f) && c.dims == rope_dims && (int64_t)c.positions.size() == T &&
             std::equal(positions, positions + T, c.positions.begin()))
             return c.cs.data();
     RopeCache& c = rope_cache_[rope_cache_next_];
     rope_cache_next_ = (rope_cache_next_ + 1) % 2;
-    c.base = base;
+    c.freqs = f;
+    c.dims = rope_dims;
     c.positions.assign(positions, positions + T);
     c.cs.resize((size_t)(T * rope_dims));
-    rope_table(positions, T, rope_dims, base, c.cs.data());
+    rope_table(positions, T, rope_dims, f, c.cs.data());
     return c.cs.data();
 }
 

@@ -45,9 +45,10 @@ private:
     bool empty_ok_ = false;
 };
 
-// What rope() has made for the current batch: the (cos, sin) table of each base seen.
+// What rope() has made for the current batch: the (cos, sin) table of each set of frequencies
+// seen.
 struct RopeTable {
-    float base = 0.0f;
+    RopeFreqs freqs;
     int dims = 0;
     bool valid = false;
 };
@@ -59,6 +60,12 @@ public:
             throw std::runtime_error("CUDA backend: no CUDA device (or driver) on this machine: run with -ngl 0");
         check(llc_set_device(0));
         check(llc_stream_create(&stream_));
+        if (!hp_->rope_freq_factors.empty()) {   // rope_freqs.weight, which every layer's rope reads
+            const size_t bytes = hp_->rope_freq_factors.size() * sizeof(float);
+            freq_factors_ = alloc(bytes, MemKind::Weights, "rope frequency factors");
+            check(llc_memcpy_h2d(freq_factors_->data(), hp_->rope_freq_factors.data(), bytes, stream_));
+            sync();
+        }
     }
     ~CudaBackend() override {
         llc_stream_sync(stream_);
@@ -86,7 +93,8 @@ public:
     void rms_norm(const float* x, const WeightRef& w, float* y, int64_t rows, int64_t n, float eps) override {
         check(llc_rms_norm(x, w.f32(), y, rows, n, eps, stream_));
     }
-    void rope(float* x, int64_t T, int n_heads, int head_dim, int rope_dims, float base, RopeStyle style) override;
+    void rope(float* x, int64_t T, int n_heads, int head_dim, int rope_dims, const RopeFreqs& f,
+              RopeStyle style) override;
     void scale(float* x, float s, int64_t n) override { check(llc_scale(x, s, n, stream_)); }
     void kv_write(KVCache& kv, int layer, const float* k, const float* v, const Batch& b) override {
         check(llc_kv_write(kv_layer(kv, layer), k, v, &dbatch_, stream_));
@@ -125,6 +133,7 @@ private:
     llc_stream stream_ = nullptr;
     std::unique_ptr<Buffer> weights_;                 // one arena, cuda_weight_bytes each
     std::unique_ptr<Buffer> act_, logits_, rope_cs_, act_q8_, ids_;   // footprint.h CudaScratchParts
+    std::unique_ptr<Buffer> freq_factors_;            // hp_->rope_freq_factors on the device
     std::unique_ptr<Buffer> block_tables_;            // grown to the largest batch's tables
     int64_t scratch_T_ = 0;
     int32_t *tokens_ = nullptr, *positions_ = nullptr, *seq_of_token_ = nullptr, *tiles_ = nullptr;
@@ -205,19 +214,27 @@ void CudaBackend::linear_group(const LinearOut* outs, int n, const float* x, int
 
 // The (cos, sin) table of a base is made by the batch's first rope with it and reused by the
 // other layers (two slots: Gemma3 alternates a local and a global base).
-void CudaBackend::rope(float* x, int64_t T, int n_heads, int head_dim, int rope_dims, float base, RopeStyle style) {
+void CudaBackend::rope(float* x, int64_t T, int n_heads, int head_dim, int rope_dims, const RopeFreqs& f,
+                       RopeStyle style) {
     if (rope_dims > hp_->rope_dims)
         throw std::invalid_argument("CUDA backend: rope_dims " + std::to_string(rope_dims) + " exceeds the model's " +
                                     std::to_string(hp_->rope_dims));
     int slot = -1;
     for (int i = 0; i < 2; ++i)
-        if (rope_[i].valid && rope_[i].base == base && rope_[i].dims == rope_dims) slot = i;
+        if (rope_[i].valid && rope_[i].freqs.same_as(f) && rope_[i].dims == rope_dims) slot = i;
     float* cs0 = reinterpret_cast<float*>(rope_cs_->data());
     if (slot < 0) {
         slot = rope_[0].valid ? 1 : 0;
         if (rope_[0].valid && rope_[1].valid) slot = 0;   // a third base: reuse the first slot
-        check(llc_rope_table(positions_, T, rope_dims, base, cs0 + slot * scratch_T_ * hp_->rope_dims, stream_));
-        rope_[slot] = RopeTable{base, rope_dims, true};
+        if (f.freq_factors && f.freq_factors != hp_->rope_freq_factors.data())
+            throw std::invalid_argument("CUDA backend: rope frequency factors other than the model's");
+        const RopeScaling& sc = f.scaling;
+        const llc_rope_scaling scaling{sc.freq_scale, sc.ext_factor, sc.attn_factor, sc.n_ctx_orig, sc.beta_fast,
+                                       sc.beta_slow,
+                                       f.freq_factors ? reinterpret_cast<const float*>(freq_factors_->data()) : nullptr};
+        check(llc_rope_table(positions_, T, rope_dims, f.base, &scaling, cs0 + slot * scratch_T_ * hp_->rope_dims,
+                             stream_));
+        rope_[slot] = RopeTable{f, rope_dims, true};
     }
     check(llc_rope(x, T, n_heads, head_dim, rope_dims, cs0 + slot * scratch_T_ * hp_->rope_dims,
                    style == RopeStyle::NeoX ? 1 : 0, stream_));

@@ -9,6 +9,7 @@ namespace py = pybind11;
 
 #ifdef LOCALLLM_HAVE_CUDA
 #include <string.h>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -101,33 +102,53 @@ py::array_t<float> rms_norm_py(const F32Array& x, const F32Array& w, float eps) 
     return download<float>(dx, {x.shape(0), x.shape(1)});
 }
 
-void check_rope_args(const F32Array& x, const I32Array& positions, int rope_dims, const std::string& style) {
+void check_rope_args(const F32Array& x, const I32Array& positions, int rope_dims, const std::string& style,
+                     const std::optional<F32Array>& freq_factors) {
     if (x.ndim() != 3 || positions.ndim() != 1 || positions.shape(0) != x.shape(0))
         throw std::invalid_argument("rope: x must be [T, n_heads, head_dim] and positions [T]");
     if (rope_dims <= 0 || rope_dims % 2 || rope_dims > x.shape(2)) throw std::invalid_argument("rope: bad rope_dims");
     if (style != "normal" && style != "neox") throw std::invalid_argument("rope: style must be 'normal' or 'neox'");
+    if (freq_factors && (freq_factors->ndim() != 1 || freq_factors->shape(0) != rope_dims / 2))
+        throw std::invalid_argument("rope: freq_factors must be [rope_dims / 2]");
+}
+
+lll::RopeScaling rope_scaling_of(float freq_scale, float ext_factor, float attn_factor, int n_ctx_orig) {
+    lll::RopeScaling sc;
+    sc.freq_scale = freq_scale, sc.ext_factor = ext_factor, sc.attn_factor = attn_factor, sc.n_ctx_orig = n_ctx_orig;
+    return sc;
 }
 
 // RoPE on the GPU, its cos/sin table built there too.
-py::array_t<float> rope_py(const F32Array& x, const I32Array& positions, int rope_dims, float base, const std::string& style) {
-    check_rope_args(x, positions, rope_dims, style);
+py::array_t<float> rope_py(const F32Array& x, const I32Array& positions, int rope_dims, float base, const std::string& style,
+                           float freq_scale, float ext_factor, float attn_factor, int n_ctx_orig,
+                           const std::optional<F32Array>& freq_factors) {
+    check_rope_args(x, positions, rope_dims, style, freq_factors);
     require_device();
     const int64_t T = x.shape(0);
     DeviceBuffer dx = upload(x, "rope input"), dpos = upload(positions, "positions");
     DeviceBuffer cs(T * rope_dims * sizeof(float), "rope table");
-    check(llc_rope_table(dpos.as<int32_t>(), T, rope_dims, base, cs.as<float>(), nullptr));
+    std::optional<DeviceBuffer> dff;
+    if (freq_factors) dff.emplace(upload(*freq_factors, "rope frequency factors"));
+    const lll::RopeScaling sc = rope_scaling_of(freq_scale, ext_factor, attn_factor, n_ctx_orig);
+    const llc_rope_scaling scaling{sc.freq_scale, sc.ext_factor, sc.attn_factor, sc.n_ctx_orig, sc.beta_fast,
+                                   sc.beta_slow, dff ? dff->as<float>() : nullptr};
+    check(llc_rope_table(dpos.as<int32_t>(), T, rope_dims, base, &scaling, cs.as<float>(), nullptr));
     check(llc_rope(dx.as<float>(), T, (int)x.shape(1), (int)x.shape(2), rope_dims, cs.as<float>(), style == "neox", nullptr));
     return download<float>(dx, {T, x.shape(1), x.shape(2)});
 }
 
 // The CPU's RoPE (csrc/ops.cpp, rope_table + rope) on the same inputs: the reference of rope_py.
-py::array_t<float> rope_cpu_py(const F32Array& x, const I32Array& positions, int rope_dims, float base, const std::string& style) {
-    check_rope_args(x, positions, rope_dims, style);
+py::array_t<float> rope_cpu_py(const F32Array& x, const I32Array& positions, int rope_dims, float base,
+                               const std::string& style, float freq_scale, float ext_factor, float attn_factor,
+                               int n_ctx_orig, const std::optional<F32Array>& freq_factors) {
+    check_rope_args(x, positions, rope_dims, style, freq_factors);
     const int64_t T = x.shape(0);
     py::array_t<float> y({T, x.shape(1), x.shape(2)});
     memcpy(y.mutable_data(), x.data(), x.nbytes());
     std::vector<float> cs(T * rope_dims);
-    lll::rope_table(positions.data(), T, rope_dims, base, cs.data());
+    const lll::RopeFreqs f{base, rope_scaling_of(freq_scale, ext_factor, attn_factor, n_ctx_orig),
+                           freq_factors ? freq_factors->data() : nullptr};
+    lll::rope_table(positions.data(), T, rope_dims, f, cs.data());
     lll::ThreadPool pool(1);
     lll::rope(pool, y.mutable_data(), T, (int)x.shape(1), (int)x.shape(2), rope_dims, cs.data(),
               style == "neox" ? lll::RopeStyle::NeoX : lll::RopeStyle::Normal);
@@ -379,9 +400,13 @@ void register_cuda(py::module_& m) {
           "RMSNorm + matmul run directly, then captured in a CUDA graph and replayed per x: (direct, replayed).");
     m.def("cuda_rms_norm", &rms_norm_py, py::arg("x"), py::arg("w"), py::arg("eps"), "RMSNorm of each row of x[rows, n].");
     m.def("cuda_rope", &rope_py, py::arg("x"), py::arg("positions"), py::arg("rope_dims"), py::arg("base"),
-          py::arg("style") = "normal", "RoPE of x[T, n_heads, head_dim] on the GPU (table built there).");
+          py::arg("style") = "normal", py::arg("freq_scale") = 1.0f, py::arg("ext_factor") = 0.0f,
+          py::arg("attn_factor") = 1.0f, py::arg("n_ctx_orig") = 0, py::arg("freq_factors") = py::none(),
+          "RoPE of x[T, n_heads, head_dim] on the GPU (table built there), with linear/YaRN scaling and frequency factors.");
     m.def("cuda_rope_cpu_reference", &rope_cpu_py, py::arg("x"), py::arg("positions"), py::arg("rope_dims"), py::arg("base"),
-          py::arg("style") = "normal", "The CPU's RoPE (csrc/ops.cpp) on the same inputs.");
+          py::arg("style") = "normal", py::arg("freq_scale") = 1.0f, py::arg("ext_factor") = 0.0f,
+          py::arg("attn_factor") = 1.0f, py::arg("n_ctx_orig") = 0, py::arg("freq_factors") = py::none(),
+          "The CPU's RoPE (csrc/ops.cpp) on the same inputs.");
     m.def("cuda_eltwise", &eltwise_py, py::arg("op"), py::arg("a"), py::arg("b"), py::arg("factor") = 1.0f,
           "swiglu/geglu(gate=a, up=b), add (a + b), add_bias_rows (a[r, n] + b[n]), scale (a * factor) on the GPU.");
     m.def("cuda_kv_test", &kv_test_py, py::arg("k"), py::arg("v"), py::arg("positions"), py::arg("seq_of_token"),

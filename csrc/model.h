@@ -13,6 +13,7 @@
 #include "gguf.h"
 #include "kv_cache.h"
 #include "quants.h"
+#include "rope.h"
 #include "tensor.h"
 #include "threadpool.h"
 
@@ -40,11 +41,23 @@ struct HParams {
     int rope_dims = 0;                    // leading dims of a head that are rotated
     float rope_base = 10000.f;            // global layers
     float rope_base_swa = 10000.f;        // sliding-window layers
+    RopeScaling rope_scaling;             // global layers (sliding-window ones: llama.cpp keeps freq_scale 1)
+    std::vector<float> rope_freq_factors; // rope_freqs.weight [rope_dims/2], empty when absent
     int n_swa = 0;                        // sliding window (tokens), 0 = none
     std::vector<uint8_t> layer_is_swa;    // per layer
     float attn_scale = 0.f;               // applied to the q.k scores (llama) ...
     float q_scale = 1.f;                  // ... or to q after RoPE (gemma)
     float embd_scale = 1.f;               // token embeddings are multiplied by this (gemma)
+
+    // The angles of layer il's RoPE: its base; the file's scaling, with freq_scale 1 on
+    // sliding-window layers as llama.cpp has it; the frequency factors.
+    RopeFreqs rope_freqs(int il) const {
+        const bool swa = n_swa > 0 && layer_is_swa[il];
+        RopeFreqs f{swa ? rope_base_swa : rope_base, rope_scaling,
+                    rope_freq_factors.empty() ? nullptr : rope_freq_factors.data()};
+        if (swa) f.scaling.freq_scale = 1.0f;
+        return f;
+    }
 };
 
 struct LayerWeights {

@@ -96,16 +96,13 @@ void rms_norm_rows(ThreadPool& pool, const float* x, const float* w, float* y, i
     });
 }
 
-void rope_table(const int32_t* positions, int64_t T, int rope_dims, float base, float* cs) {
-    const float theta_scale = powf(base, -2.0f / (float)rope_dims);
-    for (int64_t t = 0; t < T; ++t) {
-        float theta = (float)positions[t];
-        for (int i0 = 0; i0 < rope_dims; i0 += 2) {
-            cs[t * rope_dims + i0] = cosf(theta);
-            cs[t * rope_dims + i0 + 1] = sinf(theta);
-            theta *= theta_scale;
-        }
-    }
+void rope_table(const int32_t* positions, int64_t T, int rope_dims, const RopeFreqs& f, float* cs) {
+    const float theta_scale = powf(f.base, -2.0f / (float)rope_dims);
+    float corr[2] = {0.0f, 0.0f};
+    if (f.scaling.ext_factor != 0.0f) rope_yarn_corr_dims(rope_dims, f.base, f.scaling, corr);
+    for (int64_t t = 0; t < T; ++t)
+        rope_table_row((float)positions[t], rope_dims, theta_scale, f.scaling, corr, f.freq_factors,
+                       cs + t * rope_dims);
 }
 
 void rope(ThreadPool& pool, float* x, int64_t T, int n_heads, int head_dim, int rope_dims, const float* cs_all,

@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <functional>
 #include "model.h"
+#include "rope.h"
 #include "threadpool.h"
 
 namespace lll {
@@ -23,11 +24,11 @@ void rms_norm_rows(ThreadPool& pool, const float* x, const float* w, float* y, i
                    float eps);
 
 // Rotary embedding, in place, on x[T, n_heads, head_dim]: rotates the first rope_dims of each
-// head by the angles of rope_table, cs[T][rope_dims] ((cos, sin) per pair). theta_i =
-// pos * base^(-2i/rope_dims) is built by repeated multiplication in f32, as ggml's rope cache
-// does. One table serves q and k and every layer with the same base (a forward's positions are
-// the same in all of them).
-void rope_table(const int32_t* positions, int64_t T, int rope_dims, float base, float* cs);
+// head by the angles of rope_table, cs[T][rope_dims] ((cos, sin) per pair), made as ggml's rope
+// cache makes them (rope.h: theta_i = pos * base^(-2i/rope_dims) by repeated f32 multiplication,
+// then the frequency factors, linear or YaRN scaling). One table serves q and k and every layer
+// with the same frequencies (a forward's positions are the same in all of them).
+void rope_table(const int32_t* positions, int64_t T, int rope_dims, const RopeFreqs& f, float* cs);
 void rope(ThreadPool& pool, float* x, int64_t T, int n_heads, int head_dim, int rope_dims, const float* cs,
           RopeStyle style);
 

@@ -89,10 +89,17 @@ llc_status llc_matmul(uint32_t type, const void* w, int64_t N, int64_t K, const 
 // y[rows][n] = x / sqrt(mean(x^2) + eps) * w (w may be null); in place allowed.
 llc_status llc_rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t n, float eps,
                         llc_stream s);
-// cs[T][rope_dims] = (cos, sin) pairs of theta_i = pos * base^(-2i/rope_dims), the table of
-// csrc/ops.cpp's rope_table (theta by repeated f32 multiplication).
-llc_status llc_rope_table(const int32_t* positions, int64_t T, int rope_dims, float base, float* cs,
-                          llc_stream s);
+// RoPE scaling (csrc/rope.h RopeScaling, plus the frequency factors as a device array).
+typedef struct {
+    float freq_scale, ext_factor, attn_factor;
+    int n_ctx_orig;
+    float beta_fast, beta_slow;
+    const float* freq_factors;   // device [rope_dims/2], or NULL
+} llc_rope_scaling;
+// cs[T][rope_dims] = (cos, sin) pairs of theta_i = pos * base^(-2i/rope_dims) with the scaling
+// applied (NULL: none), the table of csrc/ops.cpp's rope_table (csrc/rope.h, the same floats).
+llc_status llc_rope_table(const int32_t* positions, int64_t T, int rope_dims, float base,
+                          const llc_rope_scaling* scaling, float* cs, llc_stream s);
 // In place on x[T][n_heads][head_dim]; style 0 = normal (adjacent pairs), 1 = NeoX (halves).
 llc_status llc_rope(float* x, int64_t T, int n_heads, int head_dim, int rope_dims, const float* cs, int style,
                     llc_stream s);

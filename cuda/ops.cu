@@ -3,6 +3,7 @@
 #include <math.h>
 #include "common.cuh"
 #include "fp16.h"
+#include "rope.h"
 
 namespace lll {
 namespace cuda {
@@ -26,17 +27,13 @@ k_rms_norm(const float* x, const float* w, float* y, int64_t n, float eps) {
     for (int64_t i = threadIdx.x; i < n; i += kNormThreads) yr[i] = w ? (xr[i] * scale) * w[i] : xr[i] * scale;
 }
 
-// One thread per token: the (cos, sin) of theta = pos * theta_scale^i, theta by repeated
-// multiplication in f32 as ggml's rope cache and csrc/ops.cpp's rope_table build it.
-__global__ void k_rope_table(const int32_t* positions, int64_t T, int rope_dims, float theta_scale, float* cs) {
+// One thread per token: its row of (cos, sin) by csrc/rope.h, as csrc/ops.cpp's rope_table.
+__global__ void k_rope_table(const int32_t* positions, int64_t T, int rope_dims, float theta_scale, RopeScaling sc,
+                             float corr_low, float corr_high, const float* freq_factors, float* cs) {
     const int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (t >= T) return;
-    float theta = (float)positions[t];
-    for (int i0 = 0; i0 < rope_dims; i0 += 2) {
-        cs[t * rope_dims + i0] = cosf(theta);
-        cs[t * rope_dims + i0 + 1] = sinf(theta);
-        theta *= theta_scale;
-    }
+    const float corr[2] = {corr_low, corr_high};
+    rope_table_row((float)positions[t], rope_dims, theta_scale, sc, corr, freq_factors, cs + t * rope_dims);
 }
 
 // One thread per rotated pair of one (token, head).
@@ -109,10 +106,21 @@ llc_status llc_rms_norm(const float* x, const float* w, float* y, int64_t rows, 
     return launched("rms_norm");
 }
 
-llc_status llc_rope_table(const int32_t* positions, int64_t T, int rope_dims, float base, float* cs, llc_stream s) {
+llc_status llc_rope_table(const int32_t* positions, int64_t T, int rope_dims, float base,
+                          const llc_rope_scaling* scaling, float* cs, llc_stream s) {
     LLC_REQUIRE(T >= 0 && rope_dims > 0 && rope_dims % 2 == 0, "rope_table: rope_dims must be positive and even");
     if (T == 0) return LLC_OK;
-    k_rope_table<<<blocks_for(T, 128), 128, 0, s>>>(positions, T, rope_dims, powf(base, -2.0f / (float)rope_dims), cs);
+    RopeScaling sc;
+    const float* factors = nullptr;
+    if (scaling) {
+        sc.freq_scale = scaling->freq_scale, sc.ext_factor = scaling->ext_factor, sc.attn_factor = scaling->attn_factor;
+        sc.n_ctx_orig = scaling->n_ctx_orig, sc.beta_fast = scaling->beta_fast, sc.beta_slow = scaling->beta_slow;
+        factors = scaling->freq_factors;
+    }
+    float corr[2] = {0.0f, 0.0f};
+    if (sc.ext_factor != 0.0f) rope_yarn_corr_dims(rope_dims, base, sc, corr);
+    k_rope_table<<<blocks_for(T, 128), 128, 0, s>>>(positions, T, rope_dims, powf(base, -2.0f / (float)rope_dims), sc,
+                                                    corr[0], corr[1], factors, cs);
     return launched("rope_table");
 }
 

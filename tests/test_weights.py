@@ -4,6 +4,7 @@ written with the gguf package."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 import gguf
 import numpy as np
@@ -32,8 +33,9 @@ def tiny_tensors(rng: np.random.Generator) -> dict[str, np.ndarray]:
 
 
 def write_model(path: Path, tensors: dict[str, np.ndarray], block_count: int = LAYERS,
-                raw: dict[str, tuple[np.ndarray, list[int], gguf.GGMLQuantizationType]] | None = None
-                ) -> Path:
+                raw: dict[str, tuple[np.ndarray, list[int], gguf.GGMLQuantizationType]] | None = None,
+                configure: Callable[[gguf.GGUFWriter], None] | None = None) -> Path:
+    """A llama GGUF of these tensors; ``configure(writer)`` may add keys."""
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_block_count(block_count)
     w.add_embedding_length(D)
@@ -42,6 +44,8 @@ def write_model(path: Path, tensors: dict[str, np.ndarray], block_count: int = L
     w.add_head_count_kv(HKV)
     w.add_context_length(256)
     w.add_layer_norm_rms_eps(1e-5)
+    if configure:
+        configure(w)
     for name, arr in tensors.items():
         w.add_tensor(name, arr)
     for name, (data, shape, qtype) in (raw or {}).items():   # bytes, their shape, ggml type

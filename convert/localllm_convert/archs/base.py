@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import gguf
 import numpy as np
 
 from ..checkpoint import Checkpoint, CheckpointError, TensorRef
@@ -85,6 +86,24 @@ def rope_number(rope: dict[str, Any], key: str, kind: str) -> float:
         raise CheckpointError(f"config.json: rope scaling of type {kind!r} needs a positive number "
                               f"{key!r}, got {value!r:.80}")
     return value
+
+
+# YaRN parameters llama.cpp's GGUF has no key for (its llama and qwen2 graphs use the defaults).
+_YARN_DEFAULTS = {"beta_fast": 32.0, "beta_slow": 1.0, "attention_factor": None, "mscale": None,
+                  "mscale_all_dim": None, "truncate": True}
+
+
+def write_yarn(w, rope: dict[str, Any]) -> None:
+    """The YaRN keys (type, factor, original context); a checkpoint whose YaRN parameters differ
+    from the defaults the runtime applies is refused rather than converted into a file that would
+    run differently."""
+    for key, default in _YARN_DEFAULTS.items():
+        if rope.get(key) is not None and rope[key] != default:
+            raise CheckpointError(f"config.json: YaRN parameter {key}={rope[key]!r:.40} is not supported "
+                                  f"(GGUF stores none; the runtime uses {default!r})")
+    w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+    w.add_rope_scaling_factor(float(rope_number(rope, "factor", "yarn")))
+    w.add_rope_scaling_orig_ctx_len(int(rope_number(rope, "original_max_position_embeddings", "yarn")))
 
 
 def supported_architectures() -> list[str]:

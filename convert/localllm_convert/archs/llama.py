@@ -12,7 +12,7 @@ import math
 import gguf
 import numpy as np
 
-from .base import ArchConverter, PlannedTensor, register, rope_number
+from .base import ArchConverter, PlannedTensor, register, rope_number, write_yarn
 
 __all__ = ["LlamaConverter", "permute_rotary_rows"]
 
@@ -60,9 +60,7 @@ class LlamaConverter(ArchConverter):
             w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
             w.add_rope_scaling_factor(float(rope_number(rope, "factor", kind)))
         elif kind == "yarn":
-            w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
-            w.add_rope_scaling_factor(float(rope_number(rope, "factor", kind)))
-            w.add_rope_scaling_orig_ctx_len(int(rope_number(rope, "original_max_position_embeddings", kind)))
+            write_yarn(w, rope)
         elif kind not in ("default", "llama3"):
             raise ValueError(f"unsupported rope scaling type {kind!r} for llama")
 

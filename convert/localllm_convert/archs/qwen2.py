@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gguf
 
-from .base import ArchConverter, register
+from .base import ArchConverter, register, write_yarn
 
 __all__ = ["Qwen2Converter"]
 
@@ -24,8 +24,6 @@ class Qwen2Converter(ArchConverter):
         rope = self.rope_parameters()
         kind = rope.get("rope_type") or "default"
         if kind == "yarn":
-            w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
-            w.add_rope_scaling_factor(float(rope["factor"]))
-            w.add_rope_scaling_orig_ctx_len(int(rope["original_max_position_embeddings"]))
+            write_yarn(w, rope)
         elif kind != "default":
             raise ValueError(f"unsupported rope scaling type {kind!r} for qwen2")

@@ -1,0 +1,156 @@
+"""RoPE scaling (issue 16): the runtime applies what the converter writes — Llama 3's frequency
+factors (rope_freqs.weight), linear interpolation and YaRN — and refuses what it does not
+implement, never running such a file as if unscaled.
+
+The models: small random-weight checkpoints built by transformers with each scaling, converted
+to F32 by ``localllm convert``; the reference is transformers' fp32 forward on the same tokens,
+run past the checkpoint's original context so that the scaling shapes every later position. A
+negative control (the same weights without the scaling) shows each comparison can fail.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+import gguf  # noqa: E402
+
+from localllm import LLM, _core  # noqa: E402
+from localllm_convert import convert  # noqa: E402
+from test_convert import checkpoint  # noqa: E402
+from test_weights import tiny_tensors, write_model  # noqa: E402
+
+ORIG_CTX = 64          # the checkpoints' original context; the tests run 3x past it
+N_TOKENS = 192
+TOL = 3e-3             # issue 16: max relative logit error on every position (F16 KV ~1e-3)
+
+LLAMA = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, vocab_size=49152, max_position_embeddings=4 * ORIG_CTX,
+             rms_norm_eps=1e-5, tie_word_embeddings=True, bos_token_id=1, eos_token_id=2)
+QWEN2 = dict(LLAMA, vocab_size=151936, bos_token_id=151643, eos_token_id=151645)
+
+# name -> (model family, rope_parameters)
+VARIANTS = {
+    "llama3": ("llama", {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                         "high_freq_factor": 4.0, "original_max_position_embeddings": ORIG_CTX}),
+    "linear": ("llama", {"rope_type": "linear", "rope_theta": 10000.0, "factor": 4.0}),
+    "yarn-llama": ("llama", {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                             "original_max_position_embeddings": ORIG_CTX}),
+    "yarn-qwen2": ("qwen2", {"rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0,
+                             "original_max_position_embeddings": ORIG_CTX}),
+}
+
+
+def build(family: str, rope: dict | None, out: Path) -> Path:
+    """A random F32 checkpoint (seed 0: the same weights with and without scaling)."""
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+    cfg_cls, model_cls, base, tok_from = {
+        "llama": (LlamaConfig, LlamaForCausalLM, LLAMA, "smollm2"),
+        "qwen2": (Qwen2Config, Qwen2ForCausalLM, QWEN2, "qwen2")}[family]
+    params = rope or {"rope_type": "default", "rope_theta": VARIANTS[f"yarn-{family}"][1]["rope_theta"]}
+    torch.manual_seed(0)
+    config = cfg_cls(**base, rope_parameters=dict(params))
+    config.initializer_range = 0.08     # peaked next-token distributions, as in test_convert
+    model_cls(config).save_pretrained(out)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(checkpoint(tok_from) / f, out / f)
+    return out
+
+
+def hf_logits(path: Path, ids: list[int]) -> np.ndarray:
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    with torch.no_grad():
+        return model(torch.tensor([ids])).logits[0].numpy()
+
+
+def row_rel_err(x: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    return np.linalg.norm(x - ref, axis=-1) / np.linalg.norm(ref, axis=-1)
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_scaled_rope_matches_transformers_past_the_original_context(name, tmp_path):
+    family, rope = VARIANTS[name]
+    src = build(family, rope, tmp_path / "scaled")
+    out = tmp_path / f"{name}-f32.gguf"
+    convert(src, out, type="f32", progress=False)
+    ids = [int(i) for i in np.random.default_rng(1).integers(100, 40000, N_TOKENS)]
+    ours = LLM(str(out), n_ctx=N_TOKENS + 1, seed=0).logits(ids)
+    ref = hf_logits(src, ids)
+    err = row_rel_err(ours, ref)
+    top1 = float((ours.argmax(-1) == ref.argmax(-1)).mean())
+    unscaled = hf_logits(build(family, None, tmp_path / "plain"), ids)
+    control = row_rel_err(unscaled, ref)[ORIG_CTX:]
+    print(f"{name}: max rel err {err.max():.2e} (median {np.median(err):.2e}), top-1 {top1:.3f}; "
+          f"unscaled rope differs by median {np.median(control):.2e}")
+    assert err.max() <= TOL
+    assert top1 >= 0.99
+    assert np.median(control) > 30 * TOL     # the test would catch a file run as if unscaled
+
+
+def _with(tmp_path: Path, configure, extra: dict[str, np.ndarray] | None = None) -> Path:
+    tensors = tiny_tensors(np.random.default_rng(0)) | (extra or {})
+    return write_model(tmp_path / "m.gguf", tensors, configure=configure)
+
+
+@pytest.mark.parametrize("key,value,message", [
+    ("llama.rope.scaling.yarn_log_multiplier", 0.1, "rope.scaling.yarn_log_multiplier"),
+    ("llama.rope.scaling.yarn_beta_fast", 16.0, "rope.scaling.yarn_beta_fast"),
+    ("llama.rope.dimension_sections", None, "rope.dimension_sections"),
+    ("llama.rope.scaling.type", "longrope", "RoPE scaling type 'longrope'"),
+    ("llama.rope.scaling.type", "dynamic", "RoPE scaling type 'dynamic'"),
+    ("llama.rope.scaling.factor", -2.0, "must be a positive number"),
+])
+def test_rope_behaviour_not_implemented_is_refused(tmp_path, key, value, message):
+    def configure(w):
+        if isinstance(value, str):
+            w.add_string(key, value)
+        elif value is None:
+            w.add_array(key, [16, 8, 0, 0])
+        else:
+            w.add_float32(key, value)
+    with pytest.raises(ValueError, match=message):
+        _core.Model(str(_with(tmp_path, configure)), 1, 4, 16)
+
+
+@pytest.mark.parametrize("factors,message", [
+    (np.ones(4, np.float32), r"must be F32 of shape \[8\]"),
+    (np.ones((2, 8), np.float32), r"must be F32 of shape \[8\]"),
+    (np.array([1, 1, 1, 0, 1, 1, 1, 1], np.float32), "must be positive"),
+    (np.full(8, np.nan, np.float32), "must be positive"),
+])
+def test_bad_frequency_factors_are_refused(tmp_path, factors, message):
+    with pytest.raises(ValueError, match=message):
+        _core.Model(str(_with(tmp_path, None, {"rope_freqs.weight": factors})), 1, 4, 16)
+
+
+def test_every_rope_key_the_converter_writes_is_read(tmp_path):
+    """The converter's rope metadata for each variant loads (a key the runtime does not read would
+    be refused), and frequency factors or scaling change the logits of the same weights."""
+    logits = {}
+    ids = list(range(100, 100 + 96))
+    for name in ("llama3", "linear", "yarn-llama"):
+        family, rope = VARIANTS[name]
+        src = build(family, rope, tmp_path / name)
+        out = tmp_path / f"{name}.gguf"
+        convert(src, out, type="f32", progress=False)
+        keys = {f.name for f in gguf.GGUFReader(str(out)).fields.values() if ".rope." in f.name}
+        print(name, sorted(keys))
+        logits[name] = LLM(str(out), n_ctx=128, seed=0).logits(ids)
+    assert len({round(float(v[-1].sum()), 3) for v in logits.values()}) == 3
+
+
+def test_converter_refuses_yarn_parameters_it_cannot_write(tmp_path):
+    from localllm_convert.checkpoint import CheckpointError
+    src = build("llama", VARIANTS["yarn-llama"][1], tmp_path / "src")
+    cfg = json.loads((src / "config.json").read_text())
+    cfg["rope_parameters"] = {**cfg["rope_parameters"], "beta_fast": 16.0}
+    (src / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(CheckpointError, match="beta_fast"):
+        convert(src, tmp_path / "out.gguf", type="f32", progress=False)
