@@ -110,7 +110,7 @@ const ArchSpec* find_arch(const std::string& name);   // nullptr when unsupporte
 // Hyper-parameters and weight views (checked, not read) of a GGUF: what loading and the
 // planner both start from.
 const ArchSpec* describe_model(const GGUFFile& f, HParams& hp, ModelWeights& w);
-std::string supported_archs();                         // "gemma3, llama, qwen2"
+std::string supported_archs();                         // "gemma3, llama, phi3, qwen2, qwen3"
 
 class Model {
 public:

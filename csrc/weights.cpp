@@ -28,6 +28,17 @@ const std::vector<LayerWeightSpec>& layer_weight_specs() {
     return specs;
 }
 
+const std::vector<FusedWeightSpec>& fused_weight_specs() {
+    static const std::vector<FusedWeightSpec> specs = {
+        {"attn_qkv.weight", {{&LayerWeights::wq, Dim::QWidth, "attn_q.weight"},
+                             {&LayerWeights::wk, Dim::KVWidth, "attn_k.weight"},
+                             {&LayerWeights::wv, Dim::KVWidth, "attn_v.weight"}}},
+        {"ffn_up.weight", {{&LayerWeights::w_gate, Dim::FF, "ffn_gate.weight"},
+                           {&LayerWeights::w_up, Dim::FF, "ffn_up.weight"}}},
+    };
+    return specs;
+}
+
 int64_t dim_value(const HParams& hp, Dim d) {
     switch (d) {
         case Dim::One: return 1;
@@ -94,6 +105,33 @@ static void check_layer_count(const GGUFFile& f, int n_layer) {
     }
 }
 
+// The fused matrices of one layer present in the file, split into row views of their parts.
+static void load_fused(const GGUFFile& f, const HParams& hp, const std::string& prefix, LayerWeights& L) {
+    for (const FusedWeightSpec& s : fused_weight_specs()) {
+        const GGUFTensor* t = f.tensor(prefix + s.suffix);
+        int64_t rows = 0;
+        for (const FusedPart& p : s.parts) rows += dim_value(hp, p.rows);
+        if (!t || t->n_dims != 2 || t->ne[1] != rows) continue;
+        bool separate = false;
+        for (const FusedPart& p : s.parts)
+            separate = separate || (std::string(p.own_suffix) != s.suffix && f.tensor(prefix + p.own_suffix));
+        if (separate)
+            throw std::invalid_argument("layer tensors '" + prefix + s.suffix + "' (fused) and its parts' own "
+                                        "tensors are both present");
+        const WeightRef fused = load_weight(f, prefix + s.suffix, WeightKind::Matrix, hp.n_embd, rows, true);
+        int64_t r0 = 0;
+        for (const FusedPart& p : s.parts) {
+            const int64_t n = dim_value(hp, p.rows);
+            WeightRef& v = L.*p.member;
+            v = fused;
+            v.name = fused.name + " rows [" + std::to_string(r0) + ", " + std::to_string(r0 + n) + ")";
+            v.data = fused.data + (size_t)r0 * fused.row_bytes;
+            v.ne1 = n;
+            r0 += n;
+        }
+    }
+}
+
 void load_model_weights(const GGUFFile& f, const HParams& hp, ModelWeights& w) {
     check_layer_count(f, hp.n_layer);
     const int64_t D = hp.n_embd;
@@ -104,9 +142,12 @@ void load_model_weights(const GGUFFile& f, const HParams& hp, ModelWeights& w) {
     w.layers.assign(hp.n_layer, LayerWeights{});
     for (int il = 0; il < hp.n_layer; ++il) {
         const std::string prefix = "blk." + std::to_string(il) + ".";
+        LayerWeights& L = w.layers[il];
+        load_fused(f, hp, prefix, L);
         for (const LayerWeightSpec& s : layer_weight_specs())
-            w.layers[il].*s.member = load_weight(f, prefix + s.suffix, s.kind, dim_value(hp, s.ne0),
-                                                 dim_value(hp, s.ne1), s.required);
+            if (!(L.*s.member).present())
+                L.*s.member = load_weight(f, prefix + s.suffix, s.kind, dim_value(hp, s.ne0), dim_value(hp, s.ne1),
+                                          s.required);
     }
 }
 

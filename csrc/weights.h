@@ -27,6 +27,21 @@ struct LayerWeightSpec {
 // In the order a token uses them (the order of the CPU's repacked arena).
 const std::vector<LayerWeightSpec>& layer_weight_specs();
 
+// A fused matrix some architectures store instead of several (Phi-3: attn_qkv holds Q, K and V;
+// ffn_up holds gate then up): its rows are the parts' rows one after another, and loading gives
+// each part a row view of it (no copy). It applies when the file has the fused tensor with the
+// parts' rows in all and none of the parts' own tensors besides it.
+struct FusedPart {
+    WeightRef LayerWeights::*member;
+    Dim rows;
+    const char* own_suffix;   // the part's own tensor (e.g. attn_q.weight)
+};
+struct FusedWeightSpec {
+    const char* suffix;
+    std::vector<FusedPart> parts;
+};
+const std::vector<FusedWeightSpec>& fused_weight_specs();
+
 int64_t dim_value(const HParams& hp, Dim d);
 
 // A tensor checked against its role and expected shape; `required` false returns an absent

@@ -1,4 +1,4 @@
-"""RoPE scaling (issue 16): the runtime applies what the converter writes — Llama 3's frequency
+"""RoPE scaling and the Qwen3 architecture (issue 16): the runtime applies what the converter writes — Llama 3's frequency
 factors (rope_freqs.weight), linear interpolation and YaRN — and refuses what it does not
 implement, never running such a file as if unscaled.
 
@@ -10,7 +10,6 @@ negative control (the same weights without the scaling) shows each comparison ca
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -23,56 +22,8 @@ import gguf  # noqa: E402
 
 from localllm import LLM, _core  # noqa: E402
 from localllm_convert import convert  # noqa: E402
-from test_convert import checkpoint  # noqa: E402
 from test_weights import tiny_tensors, write_model  # noqa: E402
-
-ORIG_CTX = 64          # the checkpoints' original context; the tests run 3x past it
-N_TOKENS = 192
-TOL = 3e-3             # issue 16: max relative logit error on every position (F16 KV ~1e-3)
-
-LLAMA = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
-             num_key_value_heads=2, vocab_size=49152, max_position_embeddings=4 * ORIG_CTX,
-             rms_norm_eps=1e-5, tie_word_embeddings=True, bos_token_id=1, eos_token_id=2)
-QWEN2 = dict(LLAMA, vocab_size=151936, bos_token_id=151643, eos_token_id=151645)
-
-# name -> (model family, rope_parameters)
-VARIANTS = {
-    "llama3": ("llama", {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
-                         "high_freq_factor": 4.0, "original_max_position_embeddings": ORIG_CTX}),
-    "linear": ("llama", {"rope_type": "linear", "rope_theta": 10000.0, "factor": 4.0}),
-    "yarn-llama": ("llama", {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
-                             "original_max_position_embeddings": ORIG_CTX}),
-    "yarn-qwen2": ("qwen2", {"rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0,
-                             "original_max_position_embeddings": ORIG_CTX}),
-}
-
-
-def build(family: str, rope: dict | None, out: Path) -> Path:
-    """A random F32 checkpoint (seed 0: the same weights with and without scaling)."""
-    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
-    cfg_cls, model_cls, base, tok_from = {
-        "llama": (LlamaConfig, LlamaForCausalLM, LLAMA, "smollm2"),
-        "qwen2": (Qwen2Config, Qwen2ForCausalLM, QWEN2, "qwen2")}[family]
-    params = rope or {"rope_type": "default", "rope_theta": VARIANTS[f"yarn-{family}"][1]["rope_theta"]}
-    torch.manual_seed(0)
-    config = cfg_cls(**base, rope_parameters=dict(params))
-    config.initializer_range = 0.08     # peaked next-token distributions, as in test_convert
-    model_cls(config).save_pretrained(out)
-    for f in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(checkpoint(tok_from) / f, out / f)
-    return out
-
-
-def hf_logits(path: Path, ids: list[int]) -> np.ndarray:
-    from transformers import AutoModelForCausalLM
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-    with torch.no_grad():
-        return model(torch.tensor([ids])).logits[0].numpy()
-
-
-def row_rel_err(x: np.ndarray, ref: np.ndarray) -> np.ndarray:
-    return np.linalg.norm(x - ref, axis=-1) / np.linalg.norm(ref, axis=-1)
-
+from tiny_checkpoints import N_TOKENS, ORIG_CTX, TOL, VARIANTS, build, hf_logits, row_rel_err  # noqa: E402
 
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_scaled_rope_matches_transformers_past_the_original_context(name, tmp_path):

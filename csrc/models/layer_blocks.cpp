@@ -91,6 +91,10 @@ static void load_rope_scaling(const GGUFFile& f, const std::string& a, HParams& 
                                         "implement (it reads rope.scaling.type none/linear/yarn, factor, "
                                         "attn_factor, original_context_length and rope_freqs.weight)");
     }
+    for (const char* t : {"rope_factors_long.weight", "rope_factors_short.weight"})
+        if (f.tensor(t))
+            throw std::invalid_argument(std::string("tensor '") + t + "' asks for LongRoPE (Phi-3 128k), which this "
+                                        "runtime does not implement yet");
     RopeScaling& sc = hp.rope_scaling;
     const std::string type = f.get_string(a + "rope.scaling.type", "linear");
     if (type != "none" && type != "linear" && type != "yarn")

@@ -26,4 +26,4 @@ class Qwen2Converter(ArchConverter):
         if kind == "yarn":
             write_yarn(w, rope)
         elif kind != "default":
-            raise ValueError(f"unsupported rope scaling type {kind!r} for qwen2")
+            raise ValueError(f"unsupported rope scaling type {kind!r} for {self.gguf_arch}")

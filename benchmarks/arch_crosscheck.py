@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""Architectures and RoPE scalings held to llama.cpp itself, on checkpoints no one can download
+here: small random-weight checkpoints built by transformers (tests/test_rope_scaling.py's
+variants), each converted to F32 twice, by llama.cpp's own convert_hf_to_gguf.py (from the
+llama-cpp-python source release the benchmarks build) and by `localllm convert`. Then:
+
+* the two files: the same tensor names, shapes and types; the metadata keys that differ;
+* logits on the same 192 tokens (3x past the checkpoints' original context) against
+  transformers fp32, per position: localllm on llama.cpp's file and on its own, llama.cpp on
+  both; and localllm against llama.cpp on the same file.
+
+    python benchmarks/arch_crosscheck.py [--variants llama3 linear ...] [--json OUT]
+
+Needs torch and transformers (the test extras) and the bench venv (benchmarks/llamacpp_venv.py).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+import convert_common as common  # noqa: E402  (sets sys.path)
+from llamacpp_venv import LLAMA_CPP_PYTHON  # noqa: E402
+import machine  # noqa: E402
+
+SRC_CACHE = Path.home() / ".cache" / "localllm" / "llamacpp-src"
+
+_LLAMACPP_LOGITS = r"""
+import json, sys, numpy as np
+from llama_cpp import Llama
+path, ids, out = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
+llm = Llama(path, n_ctx=len(ids) + 8, n_batch=len(ids) + 8, n_ubatch=len(ids) + 8, n_threads=2,
+            logits_all=True, flash_attn=False, verbose=False)
+llm.eval(ids)
+np.save(out, np.asarray(llm.scores[:len(ids)], np.float32))
+"""
+
+
+def llamacpp_source() -> Path:
+    """vendor/llama.cpp of the llama-cpp-python release the benchmarks build (sdist, cached)."""
+    version = LLAMA_CPP_PYTHON.split("==")[1]
+    root = SRC_CACHE / f"llama_cpp_python-{version}" / "vendor" / "llama.cpp"
+    if (root / "convert_hf_to_gguf.py").is_file():
+        return root
+    SRC_CACHE.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+                    LLAMA_CPP_PYTHON, "-d", str(SRC_CACHE)], check=True)
+    with tarfile.open(SRC_CACHE / f"llama_cpp_python-{version}.tar.gz") as tar:
+        tar.extractall(SRC_CACHE, filter="data")
+    return root
+
+
+def llamacpp_convert(src: Path, out: Path) -> None:
+    root = llamacpp_source()
+    env = dict(os.environ, PYTHONPATH=str(root / "gguf-py"), NO_LOCAL_GGUF="")
+    proc = subprocess.run([sys.executable, str(root / "convert_hf_to_gguf.py"), str(src), "--outtype", "f32",
+                           "--outfile", str(out)], capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        raise RuntimeError(f"convert_hf_to_gguf.py failed:\n{proc.stderr[-3000:]}")
+
+
+def llamacpp_logits(path: Path, ids: list[int], tmp: Path) -> np.ndarray:
+    out = tmp / "llamacpp_logits.npy"
+    proc = subprocess.run([str(common.llamacpp_python()), "-c", _LLAMACPP_LOGITS, str(path), json.dumps(ids),
+                           str(out)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"llama.cpp failed on {path.name}:\n{proc.stderr[-3000:]}")
+    return np.load(out)
+
+
+def file_facts(path: Path) -> tuple[dict, dict]:
+    import gguf
+    r = gguf.GGUFReader(str(path))
+    tensors = {t.name: (tuple(int(x) for x in t.shape), t.tensor_type.name) for t in r.tensors}
+    keys = {f.name: f.contents() for f in r.fields.values()
+            if not f.name.startswith(("GGUF.", "general.", "tokenizer."))}
+    return tensors, keys
+
+
+def compare_files(ours: Path, theirs: Path) -> dict:
+    (t_ours, k_ours), (t_ref, k_ref) = file_facts(ours), file_facts(theirs)
+    return {"tensors_only_ours": sorted(set(t_ours) - set(t_ref)),
+            "tensors_only_llamacpp": sorted(set(t_ref) - set(t_ours)),
+            "tensors_differing": sorted(n for n in set(t_ours) & set(t_ref) if t_ours[n] != t_ref[n]),
+            "keys_only_ours": sorted(set(k_ours) - set(k_ref)),
+            "keys_only_llamacpp": sorted(set(k_ref) - set(k_ours)),
+            "keys_differing": {k: [k_ours[k], k_ref[k]] for k in sorted(set(k_ours) & set(k_ref))
+                               if k_ours[k] != k_ref[k]}}
+
+
+def max_row_err(x: np.ndarray, ref: np.ndarray) -> float:
+    return float((np.linalg.norm(x - ref, axis=-1) / np.linalg.norm(ref, axis=-1)).max())
+
+
+def check_variant(name: str, tmp: Path) -> dict:
+    import test_rope_scaling as trs
+    from localllm import LLM
+    from localllm_convert import convert
+    family, rope = trs.VARIANTS[name]
+    src = trs.build(family, rope, tmp / name)
+    ours, theirs = tmp / f"{name}-localllm.gguf", tmp / f"{name}-llamacpp.gguf"
+    convert(src, ours, type="f32", progress=False)
+    llamacpp_convert(src, theirs)
+    ids = [int(i) for i in np.random.default_rng(1).integers(100, 40000, trs.N_TOKENS)]
+    ref = trs.hf_logits(src, ids)
+    logits = {"localllm on its file": LLM(str(ours), n_ctx=len(ids) + 1, seed=0).logits(ids),
+              "localllm on llama.cpp's file": LLM(str(theirs), n_ctx=len(ids) + 1, seed=0).logits(ids),
+              "llama.cpp on its file": llamacpp_logits(theirs, ids, tmp),
+              "llama.cpp on localllm's file": llamacpp_logits(ours, ids, tmp)}
+    result = {"variant": name, "files": compare_files(ours, theirs),
+              "max_rel_err_vs_transformers": {k: max_row_err(v, ref) for k, v in logits.items()},
+              "top1_vs_transformers": {k: float((v.argmax(-1) == ref.argmax(-1)).mean()) for k, v in logits.items()},
+              "localllm_vs_llamacpp_same_file": max_row_err(logits["localllm on llama.cpp's file"],
+                                                            logits["llama.cpp on its file"])}
+    return result
+
+
+def main() -> int:
+    import test_rope_scaling as trs
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--variants", nargs="+", default=list(trs.VARIANTS))
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    m = machine.describe(2, str(common.llamacpp_python()))
+    print(machine.line(m))
+    results = []
+    with tempfile.TemporaryDirectory() as d:
+        for name in args.variants:
+            r = check_variant(name, Path(d))
+            results.append(r)
+            print(json.dumps(r, indent=1, default=str))
+    if args.json:
+        args.json.write_text(json.dumps({"machine": m, "results": results}, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

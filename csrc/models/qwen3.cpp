@@ -1,0 +1,24 @@
+// qwen3.cpp — the qwen3 architecture (dense Qwen3): the qwen2 block without QKV biases, with
+// per-head RMSNorm on Q and K before RoPE (attention_block applies them when present) and an
+// explicit head size (attention.key_length; Q is n_head * head_dim wide, not n_embd).
+#include "layer_blocks.h"
+#include "llama.h"
+#include "../weights.h"
+
+namespace lll {
+
+static void qwen3_hparams(const GGUFFile& f, HParams& hp) {
+    load_common_hparams(f, hp);
+    hp.rope_style = RopeStyle::NeoX;
+}
+
+static void qwen3_weights(const GGUFFile& f, const HParams& hp, ModelWeights& w) {
+    load_model_weights(f, hp, w);
+    for (size_t il = 0; il < w.layers.size(); ++il)
+        if (!w.layers[il].q_norm.present() || !w.layers[il].k_norm.present())
+            throw std::invalid_argument("qwen3 layer " + std::to_string(il) + " lacks attn_q_norm/attn_k_norm");
+}
+
+extern const ArchSpec kQwen3Arch = {"qwen3", qwen3_hparams, qwen3_weights, llama_layer_forward};
+
+}  // namespace lll

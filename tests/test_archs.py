@@ -1,0 +1,89 @@
+"""Architectures without downloadable weights here (issue 16): Qwen3 and Phi-3 as random-weight
+checkpoints built by transformers (tests/tiny_checkpoints.py), converted to F32 by `localllm
+convert` and run against transformers' fp32 logits; and the fused-tensor row views Phi-3's file
+layout needs, held to the same weights stored unfused."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+import gguf  # noqa: E402
+
+from localllm import LLM, _core  # noqa: E402
+from localllm_convert import convert  # noqa: E402
+from test_weights import LAYERS, tiny_tensors, write_model  # noqa: E402
+from tiny_checkpoints import N_TOKENS, TOL, build, hf_logits, row_rel_err  # noqa: E402
+
+
+@pytest.mark.parametrize("family", ["qwen3", "phi3"])
+def test_architecture_matches_transformers(family, tmp_path):
+    src = build(family, None, tmp_path / family)
+    out = tmp_path / f"{family}-f32.gguf"
+    convert(src, out, type="f32", progress=False)
+    names = {t.name for t in gguf.GGUFReader(str(out)).tensors}
+    if family == "phi3":     # llama.cpp's layout: fused Q/K/V and gate/up
+        assert {"blk.0.attn_qkv.weight", "blk.0.ffn_up.weight", "output.weight"} <= names
+        assert not {"blk.0.attn_q.weight", "blk.0.ffn_gate.weight"} & names
+    else:
+        assert {"blk.0.attn_q_norm.weight", "blk.0.attn_k_norm.weight"} <= names
+    ids = [int(i) for i in np.random.default_rng(2).integers(100, 40000, N_TOKENS)]
+    ours = LLM(str(out), n_ctx=N_TOKENS + 1, seed=0).logits(ids)
+    ref = hf_logits(src, ids)
+    err = row_rel_err(ours, ref)
+    top1 = float((ours.argmax(-1) == ref.argmax(-1)).mean())
+    print(f"{family}: max rel err {err.max():.2e} (median {np.median(err):.2e}), top-1 {top1:.3f}")
+    assert err.max() <= TOL
+    assert top1 >= 0.99
+
+
+def _fused(t: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The same weights with each layer's Q/K/V and gate/up stored as Phi-3 stores them."""
+    out = dict(t)
+    for il in range(LAYERS):
+        p = f"blk.{il}."
+        out[p + "attn_qkv.weight"] = np.concatenate([out.pop(p + s) for s in ("attn_q.weight", "attn_k.weight",
+                                                                           "attn_v.weight")])
+        out[p + "ffn_up.weight"] = np.concatenate([out.pop(p + "ffn_gate.weight"), out.pop(p + "ffn_up.weight")])
+    return out
+
+
+def _logits(path, ids) -> np.ndarray:
+    m = _core.Model(str(path), 1, 4, 16)
+    T = len(ids)
+    return m.forward(np.asarray(ids, np.int32), np.arange(T, dtype=np.int32), np.zeros(T, np.int32),
+                     np.arange(4, dtype=np.int32).reshape(1, 4), np.arange(T, dtype=np.int32))
+
+
+def test_fused_row_views_compute_the_unfused_model(tmp_path):
+    t = tiny_tensors(np.random.default_rng(0))
+    ids = [3, 17, 42, 5, 9, 60, 1, 33]
+    plain = _logits(write_model(tmp_path / "plain.gguf", t), ids)
+    fused = _logits(write_model(tmp_path / "fused.gguf", _fused(t)), ids)
+    assert np.array_equal(plain, fused)
+    swapped = _fused(t)          # gate and up in the wrong order: the views must not hide it
+    up = swapped["blk.0.ffn_up.weight"]
+    swapped["blk.0.ffn_up.weight"] = np.concatenate([up[len(up) // 2:], up[:len(up) // 2]])
+    assert not np.allclose(_logits(write_model(tmp_path / "swapped.gguf", swapped), ids), plain, atol=1e-3)
+
+
+def test_fused_and_separate_tensors_together_are_refused(tmp_path):
+    t = tiny_tensors(np.random.default_rng(0))
+    both = _fused(t) | {"blk.1.attn_q.weight": t["blk.1.attn_q.weight"]}
+    with pytest.raises(ValueError, match=r"'blk.1.attn_qkv.weight' \(fused\) and its parts' own tensors"):
+        _core.Model(str(write_model(tmp_path / "both.gguf", both)), 1, 4, 16)
+
+
+def test_fused_tensor_of_the_wrong_height_is_not_split(tmp_path):
+    t = _fused(tiny_tensors(np.random.default_rng(0)))
+    t["blk.0.attn_qkv.weight"] = t["blk.0.attn_qkv.weight"][:-16]
+    with pytest.raises(ValueError, match="lacks tensor 'blk.0.attn_q.weight'"):
+        _core.Model(str(write_model(tmp_path / "short.gguf", t)), 1, 4, 16)
+
+
+def test_longrope_factors_are_refused(tmp_path):
+    t = tiny_tensors(np.random.default_rng(0)) | {"rope_factors_long.weight": np.ones(8, np.float32)}
+    with pytest.raises(ValueError, match="LongRoPE"):
+        _core.Model(str(write_model(tmp_path / "long.gguf", t)), 1, 4, 16)
