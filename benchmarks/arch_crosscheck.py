@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Architectures and RoPE scalings held to llama.cpp itself, on checkpoints no one can download
-here: small random-weight checkpoints built by transformers (tests/test_rope_scaling.py's
-variants), each converted to F32 twice, by llama.cpp's own convert_hf_to_gguf.py (from the
+here: small random-weight checkpoints built by transformers (tests/tiny_checkpoints.py: the
+architectures without a scaling and each RoPE-scaling variant), each converted to F32 twice, by llama.cpp's own convert_hf_to_gguf.py (from the
 llama-cpp-python source release the benchmarks build) and by `localllm convert`. Then:
 
 * the two files: the same tensor names, shapes and types; the metadata keys that differ;
@@ -99,11 +99,16 @@ def max_row_err(x: np.ndarray, ref: np.ndarray) -> float:
     return float((np.linalg.norm(x - ref, axis=-1) / np.linalg.norm(ref, axis=-1)).max())
 
 
+def checks() -> dict[str, tuple[str, dict | None]]:
+    import tiny_checkpoints as tc
+    return {"llama": ("llama", None), "qwen3": ("qwen3", None), "phi3": ("phi3", None), **tc.VARIANTS}
+
+
 def check_variant(name: str, tmp: Path) -> dict:
-    import test_rope_scaling as trs
+    import tiny_checkpoints as trs
     from localllm import LLM
     from localllm_convert import convert
-    family, rope = trs.VARIANTS[name]
+    family, rope = checks()[name]
     src = trs.build(family, rope, tmp / name)
     ours, theirs = tmp / f"{name}-localllm.gguf", tmp / f"{name}-llamacpp.gguf"
     convert(src, ours, type="f32", progress=False)
@@ -123,9 +128,8 @@ def check_variant(name: str, tmp: Path) -> dict:
 
 
 def main() -> int:
-    import test_rope_scaling as trs
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--variants", nargs="+", default=list(trs.VARIANTS))
+    ap.add_argument("--variants", nargs="+", default=list(checks()))
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     m = machine.describe(2, str(common.llamacpp_python()))

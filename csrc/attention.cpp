@@ -38,6 +38,15 @@ void kv_write(KVCache& kv, int layer, const float* k, const float* v, const Batc
     }
 }
 
+bool attention_avx2_available() {
+#if LLL_ATTN_AVX2
+    static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
+    return ok && isa_available(Isa::AVX2);   // LOCALLLM_ISA may cap it
+#else
+    return false;
+#endif
+}
+
 bool attention_avx512_available() {
 #if LLL_ATTN_AVX512
     static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
@@ -195,7 +204,15 @@ void attention(ThreadPool& pool, const KVCache& kv, int layer, const float* q, f
     if (b.n_tokens == 0) return;
     if (kernel == AttnKernel::AVX512 && !attention_avx512_available())
         throw std::invalid_argument("attention: the AVX-512 kernel is not available on this CPU/build");
-    const bool simd = kernel != AttnKernel::Scalar && attention_avx512_available() && head_dim % 16 == 0;
+    if (kernel == AttnKernel::AVX2 && !attention_avx2_available())
+        throw std::invalid_argument("attention: the AVX2 kernel is not available on this CPU/build");
+    AttnKernel use = AttnKernel::Scalar;
+    if ((kernel == AttnKernel::Auto || kernel == AttnKernel::AVX512) && attention_avx512_available() &&
+        head_dim % 16 == 0)
+        use = AttnKernel::AVX512;
+    else if ((kernel == AttnKernel::Auto || kernel == AttnKernel::AVX2) && attention_avx2_available() &&
+             head_dim % 8 == 0)
+        use = AttnKernel::AVX2;
     static thread_local std::vector<Chunk> chunks;   // the caller's; workers only read it
     make_chunks(b, sh, chunks);
     const Chunk* list = chunks.data();
@@ -205,15 +222,20 @@ void attention(ThreadPool& pool, const KVCache& kv, int layer, const float* q, f
         for (int64_t i = next.fetch_add(1, std::memory_order_relaxed); i < n_chunks;
              i = next.fetch_add(1, std::memory_order_relaxed)) {
 #if LLL_ATTN_AVX512
-            if (simd) {
+            if (use == AttnKernel::AVX512) {
                 attn_detail::attend_chunk_avx512(kv, layer, q, out, b, list[i], sh);
+                continue;
+            }
+#endif
+#if LLL_ATTN_AVX2
+            if (use == AttnKernel::AVX2) {
+                attn_detail::attend_chunk_avx2(kv, layer, q, out, b, list[i], sh);
                 continue;
             }
 #endif
             attend_chunk_scalar(kv, layer, q, out, b, list[i], sh);
         }
     });
-    (void)simd;
 }
 
 }  // namespace lll

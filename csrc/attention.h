@@ -17,18 +17,20 @@ namespace lll {
 // Stores k[T, kv_width] and v[T, kv_width] (f32) as F16 in each token's cache slot.
 void kv_write(KVCache& kv, int layer, const float* k, const float* v, const Batch& b);
 
-// Which implementation attention() runs; both give bit-identical results.
-enum class AttnKernel : int { Auto = -1, Scalar = 0, AVX512 = 2 };
+// Which implementation attention() runs; all give bit-identical results.
+enum class AttnKernel : int { Auto = -1, Scalar = 0, AVX2 = 1, AVX512 = 2 };
 
-// Whether the AVX-512 kernel is compiled in and this CPU runs it.
+// Whether the AVX-512 / AVX2 kernel is compiled in and this CPU runs it (LOCALLLM_ISA may cap it).
 bool attention_avx512_available();
+bool attention_avx2_available();
 
 // out[T, n_head*head_dim] = softmax(scale * q.K^T) . V per head, reading K/V of each token's
 // sequence through its block table, positions [max(0, pos - window + 1), pos] (window 0 = all).
 // Numerics as llama.cpp without flash attention: q rounded to F16 for the q.k products (each a
 // sequential FMA over d), softmax with the max subtracted and a double sum of the exps (16 lanes
 // by key position mod 16, reduced as a fixed tree), probabilities rounded to F16 for the product
-// with V (a sequential FMA over keys). Auto picks AVX-512 when available and head_dim % 16 == 0.
+// with V (a sequential FMA over keys). Auto picks AVX-512 when available and head_dim % 16 == 0,
+// else AVX2 when available and head_dim % 8 == 0, else the scalar reference.
 void attention(ThreadPool& pool, const KVCache& kv, int layer, const float* q, float* out,
                const Batch& b, int n_head, int n_head_kv, int head_dim, float scale, int window,
                AttnKernel kernel = AttnKernel::Auto);
@@ -90,6 +92,15 @@ void attend_chunk_avx512(const KVCache& kv, int layer, const float* q, float* ou
                          const Chunk& c, const Shape& sh);
 #else
 #define LLL_ATTN_AVX512 0
+#endif
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define LLL_ATTN_AVX2 1
+// One chunk with the AVX2 kernel (head_dim % 8 == 0); attention_avx2.cpp.
+void attend_chunk_avx2(const KVCache& kv, int layer, const float* q, float* out, const Batch& b,
+                       const Chunk& c, const Shape& sh);
+#else
+#define LLL_ATTN_AVX2 0
 #endif
 
 }  // namespace attn_detail

@@ -370,7 +370,7 @@ py::array_t<float> attention_test_py(const F32Array& q, const F32Array& k, const
     if (positions.ndim() != 1 || positions.shape(0) != T || seq_of_token.ndim() != 1 || seq_of_token.shape(0) != T)
         throw std::invalid_argument("attention_test: positions and seq_of_token must be [T]");
     if (block_tables.ndim() != 2) throw std::invalid_argument("attention_test: block_tables must be [n_seqs, max_blocks]");
-    if (kernel != -1 && kernel != 0 && kernel != 2) throw std::invalid_argument("attention_test: kernel must be -1, 0 or 2");
+    if (kernel < -1 || kernel > 2) throw std::invalid_argument("attention_test: kernel must be -1 (auto), 0 (scalar), 1 (AVX2) or 2 (AVX-512)");
     const int64_t n_seqs = block_tables.shape(0), max_blocks = block_tables.shape(1);
     SharedPool& sp = shared_pool(n_threads);
     const lll::BackendConfig cfg{nullptr, &sp.pool, lll::best_isa(), lll::Numerics::Fast};
@@ -472,6 +472,8 @@ void register_kernels(py::module_& m) {
           "depends on len(query_rows): one row or more). Returns [len(query_rows), n_head, head_dim].");
     m.def("attention_avx512_available", &lll::attention_avx512_available,
           "Whether the AVX-512 attention kernel is compiled in and supported here.");
+    m.def("attention_avx2_available", &lll::attention_avx2_available,
+          "Whether the AVX2 attention kernel is compiled in and this CPU runs it.");
     m.def("attention_exp", [](const F32Array& x) {
         py::array_t<float> y(x.size());
         for (py::ssize_t i = 0; i < x.size(); ++i) y.mutable_data()[i] = lll::attention_exp(x.data()[i]);

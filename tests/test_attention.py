@@ -15,8 +15,11 @@ import pytest
 
 from localllm import _core
 
-SIMD = _core.attention_avx512_available()
-KERNELS = [0, 2] if SIMD else [0]
+AVX2, AVX512 = 1, 2
+SIMD_KERNELS = [k for k, ok in ((AVX2, _core.attention_avx2_available()), (AVX512, _core.attention_avx512_available()))
+                if ok]
+SIMD = bool(SIMD_KERNELS)
+KERNELS = [0, *SIMD_KERNELS]
 
 
 @dataclass
@@ -83,8 +86,8 @@ def reference(b: Batch, rows, scale: float, window: int) -> np.ndarray:
     (256, 8, 2, 23), (48, 3, 1, 0), (6, 4, 2, 7)])
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_matches_float64_reference(hd, n_head, n_head_kv, window, kernel):
-    if kernel == 2 and hd % 16:
-        pytest.skip("the AVX-512 kernel needs head_dim % 16 == 0 (auto falls back to scalar)")
+    if (kernel == AVX512 and hd % 16) or (kernel == AVX2 and hd % 8):
+        pytest.skip("the SIMD kernels need head_dim % 16 (AVX-512) or % 8 (AVX2) == 0 (auto falls back)")
     b = make_batch([37, 1, 70, 16], n_head, n_head_kv, hd, seed=hd + window)
     rows = np.arange(len(b.seq), dtype=np.int32)
     scale = 1.0 / np.sqrt(hd)
@@ -94,13 +97,17 @@ def test_matches_float64_reference(hd, n_head, n_head_kv, window, kernel):
     assert np.abs(got - want).max() < tol, np.abs(got - want).max()
 
 
-@pytest.mark.skipif(not SIMD, reason="AVX-512 attention kernel not available here")
+@pytest.mark.skipif(not SIMD, reason="no SIMD attention kernel here")
+@pytest.mark.parametrize("kernel", SIMD_KERNELS)
 @pytest.mark.parametrize("hd,n_head,n_head_kv,window,block_size", [
-    (64, 9, 3, 0, 16), (128, 8, 2, 33, 16), (256, 4, 1, 0, 16), (48, 6, 2, 10, 16), (64, 9, 3, 21, 5)])
-def test_simd_bit_identical_to_scalar(hd, n_head, n_head_kv, window, block_size):
+    (64, 9, 3, 0, 16), (128, 8, 2, 33, 16), (256, 4, 1, 0, 16), (48, 6, 2, 10, 16), (64, 9, 3, 21, 5),
+    (40, 5, 1, 3, 7)])
+def test_simd_bit_identical_to_scalar(hd, n_head, n_head_kv, window, block_size, kernel):
+    if hd % (16 if kernel == AVX512 else 8):
+        pytest.skip("head_dim not a multiple of this kernel's width")
     b = make_batch([130, 3, 45], n_head, n_head_kv, hd, block_size=block_size, seed=7)
     rows = np.arange(len(b.seq), dtype=np.int32)
-    simd = b.run(rows, 0.3, window, kernel=2)
+    simd = b.run(rows, 0.3, window, kernel=kernel)
     scalar = b.run(rows, 0.3, window, kernel=0)
     assert np.array_equal(simd.view(np.uint32), scalar.view(np.uint32))
 
@@ -135,8 +142,8 @@ def test_batch_invariance(hd, n_head, n_head_kv, window):
     many = make_batch([40, 90, 12], n_head, n_head_kv, hd, seqs=[other(40), mine, other(12)], seed=5)
     ends = np.array([39, 129, 141], np.int32)
     assert np.array_equal(bits(many.run(ends, scale, window)[1]), bits(base[-1]))
-    if SIMD:   # and the scalar reference agrees bit for bit
-        assert np.array_equal(bits(alone.run(alone.rows_of(0), scale, window, kernel=0)), bits(base))
+    for kernel in (0, *SIMD_KERNELS):   # and every kernel agrees bit for bit
+        assert np.array_equal(bits(alone.run(alone.rows_of(0), scale, window, kernel=kernel)), bits(base))
 
 
 def test_block_size_not_multiple_of_16():
@@ -174,4 +181,8 @@ def test_bad_input_raises():
     with pytest.raises(ValueError, match="window"):
         b.run(rows, 1.0, window=-1)
     with pytest.raises(ValueError, match="kernel"):
-        b.run(rows, 1.0, kernel=1)
+        b.run(rows, 1.0, kernel=3)
+    for kernel, ok in ((AVX2, _core.attention_avx2_available()), (AVX512, _core.attention_avx512_available())):
+        if not ok:   # a kernel this CPU lacks is refused, not silently replaced
+            with pytest.raises(ValueError, match="not available"):
+                b.run(rows, 1.0, kernel=kernel)

@@ -1,0 +1,307 @@
+// attention_avx2.cpp — the AVX2 chunk kernel (see attention.h): the algorithm of the AVX-512
+// kernel (attention_avx512.cpp: 16-key tiles, three passes over them) in 8-lane vectors, each
+// 16-key tile as two halves. Scalar reference: attend_row_scalar and attention_exp in
+// attention.cpp; every (token, head) row gets the same float operations in the same order
+// (scores: one sequential FMA chain over d per key; the exps' double sum in 16 lanes by key
+// position % 16; PV: one sequential FMA chain over keys per d), so tests check the three
+// kernels bit-identical.
+#include "attention.h"
+
+#if LLL_ATTN_AVX2
+#include <immintrin.h>
+#include <math.h>
+#include <algorithm>
+#include <vector>
+#include "fp16.h"
+
+namespace lll {
+namespace attn_detail {
+namespace {
+
+constexpr int kHalf = kTile / 2;   // 8 lanes
+
+// Per-thread scratch, grown as needed and reused across calls (no allocation in steady state).
+struct ChunkScratch {
+    std::vector<float> qh;               // [R][hd]   queries rounded to F16
+    std::vector<float> s;                // [R][span] scores -> exps -> probabilities
+    std::vector<float> kt;               // [hd][16]  K tile, transposed, f32
+    std::vector<float> vt;               // [16][hd]  V tile, f32
+    std::vector<int32_t> start, pos;     // [R]       visible key range of each row
+    std::vector<fp16_t> zeros;           // [hd]      stands in for keys outside the chunk's range
+};
+
+template <typename T>
+void grow(std::vector<T>& v, size_t n) {
+    if (v.size() < n) v.resize(n);
+}
+
+inline __m256 round_f16(__m256 x) {
+    return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+
+inline __m256 load_f16x8(const fp16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)p)); }
+
+// In-register transpose of an 8x8 f32 matrix (row i = r[i]).
+inline void transpose8(__m256 r[8]) {
+    __m256 t[8], s[8];
+    for (int i = 0; i < 4; ++i) {        // pairs of rows, 32-bit interleave within 128-bit lanes
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int g = 0; g < 2; ++g) {        // s[4g + c]: columns c and c + 4 of rows 4g..4g+3
+        s[4 * g + 0] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        s[4 * g + 1] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        s[4 * g + 2] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        s[4 * g + 3] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (int c = 0; c < 4; ++c) {        // 128-bit halves: rows 0-3 with rows 4-7
+        r[c] = _mm256_permute2f128_ps(s[c], s[4 + c], 0x20);
+        r[4 + c] = _mm256_permute2f128_ps(s[c], s[4 + c], 0x31);
+    }
+}
+
+// F16 rows of the 16 positions p0..p0+15 of a tile (K or V of kv head offset `off`); positions
+// outside [valid_lo, valid_hi] (not this chunk's keys) point at zeros and are masked later.
+void tile_rows(const KVCache& kv, bool values, int layer, const int32_t* table, int32_t p0, int32_t valid_lo,
+               int32_t valid_hi, int off, const fp16_t* zeros, const fp16_t* rows[kTile]) {
+    const int bs = kv.block_size();
+    for (int j = 0; j < kTile; ++j) {
+        const int32_t p = p0 + j;
+        if (p < valid_lo || p > valid_hi) {
+            rows[j] = zeros;
+            continue;
+        }
+        const int32_t blk = table[p / bs];
+        rows[j] = (values ? kv.v_slot(layer, blk, p % bs) : kv.k_slot(layer, blk, p % bs)) + off;
+    }
+}
+
+// kt[d][j] = K[j][d] in f32 (hd % 8 == 0).
+void load_k_tile(const fp16_t* const* rows, int hd, float* kt) {
+    for (int d0 = 0; d0 < hd; d0 += kHalf)
+        for (int h = 0; h < 2; ++h) {
+            __m256 r[8];
+            for (int j = 0; j < 8; ++j) r[j] = load_f16x8(rows[h * kHalf + j] + d0);
+            transpose8(r);
+            for (int i = 0; i < 8; ++i) _mm256_storeu_ps(kt + (d0 + i) * kTile + h * kHalf, r[i]);
+        }
+}
+
+// vt[j][d] = V[j][d] in f32.
+void load_v_tile(const fp16_t* const* rows, int hd, float* vt) {
+    for (int j = 0; j < kTile; ++j)
+        for (int d0 = 0; d0 < hd; d0 += kHalf) _mm256_storeu_ps(vt + j * hd + d0, load_f16x8(rows[j] + d0));
+}
+
+// Inputs of the score kernel for a run of rows and the tile at p0.
+struct ScoreJob {
+    const float* kt;       // [hd][16] transposed K tile
+    int hd;
+    float scale;
+    int32_t p0;
+    const float* qh;       // [n][hd] first row's query
+    const int32_t* start;  // [n]
+    const int32_t* pos;    // [n]
+    float* s;              // first row's scores at tile p0; row stride `stride`
+    int64_t stride;
+};
+
+// Scores of NR rows x one tile: s[i][lane] = scale * (q_i . k_lane), a sequential FMA chain over
+// d per lane; -inf where the key is outside row i's [start, pos]. 2 * NR accumulators (16
+// registers in all with the two K halves and the broadcast).
+template <int NR>
+void score_tile(const ScoreJob& job) {
+    const int hd = job.hd;
+    __m256 acc[NR][2];
+    for (int i = 0; i < NR; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+    for (int d = 0; d < hd; ++d) {
+        const __m256 k0 = _mm256_loadu_ps(job.kt + d * kTile), k1 = _mm256_loadu_ps(job.kt + d * kTile + kHalf);
+        for (int i = 0; i < NR; ++i) {
+            const __m256 qd = _mm256_set1_ps(job.qh[i * hd + d]);
+            acc[i][0] = _mm256_fmadd_ps(qd, k0, acc[i][0]);
+            acc[i][1] = _mm256_fmadd_ps(qd, k1, acc[i][1]);
+        }
+    }
+    const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256 scale = _mm256_set1_ps(job.scale), minus_inf = _mm256_set1_ps(-INFINITY);
+    for (int h = 0; h < 2; ++h) {
+        const __m256i key = _mm256_add_epi32(_mm256_set1_epi32(job.p0 + h * kHalf), iota);
+        for (int i = 0; i < NR; ++i) {
+            const __m256i hidden = _mm256_or_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(job.start[i]), key),
+                                                   _mm256_cmpgt_epi32(key, _mm256_set1_epi32(job.pos[i])));
+            _mm256_storeu_ps(job.s + i * job.stride + h * kHalf,
+                             _mm256_blendv_ps(_mm256_mul_ps(acc[i][h], scale), minus_inf, _mm256_castsi256_ps(hidden)));
+        }
+    }
+}
+
+// Rows in blocks of 6 (the last block shorter).
+void score_rows(ScoreJob job, int n) {
+    for (; n >= 6; n -= 6) {
+        score_tile<6>(job);
+        job.qh += 6 * job.hd, job.start += 6, job.pos += 6, job.s += 6 * job.stride;
+    }
+    switch (n) {   // remainder, unrolled so the accumulators stay in registers
+        case 5: score_tile<5>(job); break;
+        case 4: score_tile<4>(job); break;
+        case 3: score_tile<3>(job); break;
+        case 2: score_tile<2>(job); break;
+        case 1: score_tile<1>(job); break;
+        default: break;
+    }
+}
+
+inline float hmax(__m256 v) {
+    float x[kHalf];
+    _mm256_storeu_ps(x, v);
+    float m = x[0];
+    for (int i = 1; i < kHalf; ++i) m = std::max(m, x[i]);
+    return m;
+}
+
+// Scores of one row's tiles s[n_tiles][16] (invisible keys -inf) -> F16-rounded probabilities.
+void softmax_row(float* s, int n_tiles) {
+    __m256 m = _mm256_set1_ps(-INFINITY);
+    for (int k = 0; k < 2 * n_tiles; ++k) m = _mm256_max_ps(_mm256_loadu_ps(s + kHalf * k), m);   // NaN ignored, as std::max
+    const __m256 mx = _mm256_set1_ps(hmax(m));
+    __m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
+    for (int k = 0; k < n_tiles; ++k)      // lanes 0-3, 4-7 of the first half, 8-11, 12-15 of the second
+        for (int h = 0; h < 2; ++h) {
+            float* p = s + kTile * k + kHalf * h;
+            const __m256 e = exp_nonpositive8(_mm256_sub_ps(_mm256_loadu_ps(p), mx));
+            _mm256_storeu_ps(p, e);
+            acc[2 * h] = _mm256_add_pd(acc[2 * h], _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+            acc[2 * h + 1] = _mm256_add_pd(acc[2 * h + 1], _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+        }
+    double lanes[kTile];
+    for (int i = 0; i < 4; ++i) _mm256_storeu_pd(lanes + 4 * i, acc[i]);
+    const __m256 inv = _mm256_set1_ps((float)(1.0 / sum_lanes(lanes)));
+    for (int k = 0; k < 2 * n_tiles; ++k)
+        _mm256_storeu_ps(s + kHalf * k, round_f16(_mm256_mul_ps(_mm256_loadu_ps(s + kHalf * k), inv)));
+}
+
+// For NR rows r: out_r[d] = fma(p_r[j], v_j[d], out_r[d]) for keys j = ja..jb of the tile, in order
+// (each lane a sequential FMA chain over keys). DV vectors of d at a time.
+template <int DV, int NR>
+void pv_tile(const float* vt, int hd, const float* const* p, int ja, int jb, float* const* out) {
+    for (int d0 = 0; d0 < hd; d0 += DV * kHalf) {
+        __m256 acc[NR][DV];
+        for (int r = 0; r < NR; ++r)
+            for (int i = 0; i < DV; ++i) acc[r][i] = _mm256_loadu_ps(out[r] + d0 + kHalf * i);
+        for (int j = ja; j <= jb; ++j) {
+            const float* v = vt + j * hd + d0;
+            __m256 pj[NR];
+            for (int r = 0; r < NR; ++r) pj[r] = _mm256_set1_ps(p[r][j]);
+            for (int i = 0; i < DV; ++i) {
+                const __m256 vv = _mm256_loadu_ps(v + kHalf * i);
+                for (int r = 0; r < NR; ++r) acc[r][i] = _mm256_fmadd_ps(pj[r], vv, acc[r][i]);
+            }
+        }
+        for (int r = 0; r < NR; ++r)
+            for (int i = 0; i < DV; ++i) _mm256_storeu_ps(out[r] + d0 + kHalf * i, acc[r][i]);
+    }
+}
+
+template <int NR>
+void pv_rows(const float* vt, int hd, const float* const* p, int ja, int jb, float* const* out) {
+    if (hd % 16 == 0) pv_tile<2, NR>(vt, hd, p, ja, jb, out);
+    else pv_tile<1, NR>(vt, hd, p, ja, jb, out);
+}
+
+// Rows of the chunk: F16-rounded queries, visible ranges; output rows zeroed (PV accumulates).
+void setup_rows(const float* q, float* out, const Batch& b, const Chunk& c, const Shape& sh, ChunkScratch& w) {
+    const int hd = sh.head_dim;
+    int r = 0;
+    for (int64_t t = c.t0; t < c.t1; ++t)
+        for (int h = c.kv_head * sh.group; h < (c.kv_head + 1) * sh.group; ++h, ++r) {
+            const int64_t off = (t * sh.n_head + h) * (int64_t)hd;
+            for (int d = 0; d < hd; d += kHalf) {
+                _mm256_storeu_ps(&w.qh[(int64_t)r * hd + d], round_f16(_mm256_loadu_ps(q + off + d)));
+                _mm256_storeu_ps(out + off + d, _mm256_setzero_ps());
+            }
+            w.pos[r] = b.positions[t];
+            w.start[r] = first_visible(w.pos[r], sh.window);
+        }
+}
+
+// The rows [ra, rb) that see tile k (rows are ordered by position, so they are a range).
+inline void rows_of_tile(const ChunkScratch& w, int R, int32_t p0, int& ra, int& rb) {
+    while (ra < R && w.pos[ra] < p0) ++ra;
+    while (rb < R && w.start[rb] <= p0 + kTile - 1) ++rb;
+}
+
+// Pass 3 for one tile: rows with the same key range in it (all but the diagonal ones) go 4 at a time.
+void pv_of_tile(ChunkScratch& w, const Chunk& c, const Shape& sh, float* out, int k, int32_t p0, int ra, int rb,
+                int64_t span) {
+    const int hd = sh.head_dim;
+    for (int r = ra; r < rb;) {
+        const int ja = std::max(w.start[r], p0) - p0, jb = std::min(w.pos[r], p0 + kTile - 1) - p0;
+        const float* p[4];
+        float* o[4];
+        int n = 0;
+        for (; n < 4 && r + n < rb; ++n) {
+            const int rr = r + n;
+            if (std::max(w.start[rr], p0) - p0 != ja || std::min(w.pos[rr], p0 + kTile - 1) - p0 != jb) break;
+            const int64_t t = c.t0 + rr / sh.group, h = c.kv_head * sh.group + rr % sh.group;
+            p[n] = &w.s[rr * span + k * kTile];
+            o[n] = out + (t * sh.n_head + h) * hd;
+        }
+        switch (n) {
+            case 4: pv_rows<4>(w.vt.data(), hd, p, ja, jb, o); break;
+            case 3: pv_rows<3>(w.vt.data(), hd, p, ja, jb, o); break;
+            case 2: pv_rows<2>(w.vt.data(), hd, p, ja, jb, o); break;
+            default: pv_rows<1>(w.vt.data(), hd, p, ja, jb, o); break;
+        }
+        r += n;
+    }
+}
+
+}  // namespace
+
+void attend_chunk_avx2(const KVCache& kv, int layer, const float* q, float* out, const Batch& b, const Chunk& c,
+                       const Shape& sh) {
+    static thread_local ChunkScratch w;
+    const int hd = sh.head_dim, R = (int)(c.t1 - c.t0) * sh.group, off = c.kv_head * hd;
+    const int32_t* table = b.block_tables + (int64_t)b.seq_of_token[c.t0] * b.max_blocks;
+    const int32_t first = first_visible(b.positions[c.t0], sh.window), last = b.positions[c.t1 - 1];
+    const int32_t lo = first / kTile * kTile;                 // tiles aligned to absolute positions
+    const int n_tiles = (last - lo) / kTile + 1;
+    const int64_t span = (int64_t)n_tiles * kTile;
+    grow(w.qh, (size_t)R * hd), grow(w.s, (size_t)R * span), grow(w.kt, (size_t)hd * kTile);
+    grow(w.vt, (size_t)hd * kTile), grow(w.start, R), grow(w.pos, R);
+    if ((int)w.zeros.size() < hd) w.zeros.assign(hd, 0);
+    setup_rows(q, out, b, c, sh, w);
+    const fp16_t* rows[kTile];
+
+    // Pass 1: scores, a tile at a time, for the rows that see it (lanes a row does not see are
+    // -inf, and its softmax only reads its own tiles).
+    for (int k = 0, ra = 0, rb = 0; k < n_tiles; ++k) {
+        const int32_t p0 = lo + k * kTile;
+        rows_of_tile(w, R, p0, ra, rb);
+        if (ra >= rb) continue;
+        tile_rows(kv, false, layer, table, p0, first, last, off, w.zeros.data(), rows);
+        load_k_tile(rows, hd, w.kt.data());
+        score_rows(ScoreJob{w.kt.data(), hd, sh.scale, p0, &w.qh[(int64_t)ra * hd], &w.start[ra], &w.pos[ra],
+                            &w.s[ra * span + k * kTile], span},
+                   rb - ra);
+    }
+    // Pass 2: softmax of each row over its own tiles.
+    for (int r = 0; r < R; ++r) {
+        const int k0 = (w.start[r] / kTile * kTile - lo) / kTile, k1 = (w.pos[r] - lo) / kTile;
+        softmax_row(&w.s[r * span + k0 * kTile], k1 - k0 + 1);
+    }
+    // Pass 3: probabilities times V.
+    for (int k = 0, ra = 0, rb = 0; k < n_tiles; ++k) {
+        const int32_t p0 = lo + k * kTile;
+        rows_of_tile(w, R, p0, ra, rb);
+        if (ra >= rb) continue;
+        tile_rows(kv, true, layer, table, p0, first, last, off, w.zeros.data(), rows);
+        load_v_tile(rows, hd, w.vt.data());
+        pv_of_tile(w, c, sh, out, k, p0, ra, rb, span);
+    }
+}
+
+}  // namespace attn_detail
+}  // namespace lll
+
+#endif  // LLL_ATTN_AVX2
