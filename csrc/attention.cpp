@@ -78,7 +78,7 @@ void f16_to_f32_row(const fp16_t* x, float* y, int n) {
 // Scores of keys [start, pos] (one sequential FMA chain over d each, times scale) into p[0..n).
 // Keys go 16 at a time so that the 16 independent chains overlap (same operations per key).
 void scores_scalar(const KVCache& kv, int layer, const int32_t* table, int32_t start, int32_t pos,
-                   int kv_off, int hd, float scale, ScalarScratch& s) {
+                   int kv_off, int hd, float scale, float softcap, ScalarScratch& s) {
     const int bs = kv.block_size();
     for (int32_t p0 = start; p0 <= pos; p0 += kTile) {
         const int nk = std::min<int32_t>(kTile, pos - p0 + 1);
@@ -90,7 +90,7 @@ void scores_scalar(const KVCache& kv, int layer, const int32_t* table, int32_t s
         float acc[kTile] = {};
         for (int d = 0; d < hd; ++d)
             for (int j = 0; j < kTile; ++j) acc[j] = std::fma(s.qh[d], s.kf[(size_t)j * hd + d], acc[j]);
-        for (int j = 0; j < nk; ++j) s.p[p0 - start + j] = acc[j] * scale;
+        for (int j = 0; j < nk; ++j) s.p[p0 - start + j] = softcap_score(acc[j] * scale, softcap);
     }
 }
 
@@ -103,7 +103,7 @@ void attend_row_scalar(const KVCache& kv, int layer, const float* q, float* out,
     if ((int32_t)s.p.size() < n) s.p.resize(n);
     if ((int)s.qh.size() < hd) s.qh.resize(hd), s.vf.resize(hd), s.kf.resize((size_t)kTile * hd);
     for (int d = 0; d < hd; ++d) s.qh[d] = fp16_to_f32(f32_to_fp16(q[d]));
-    scores_scalar(kv, layer, table, start, pos, kv_off, hd, sh.scale, s);
+    scores_scalar(kv, layer, table, start, pos, kv_off, hd, sh.scale, sh.softcap, s);
     float mx = -INFINITY;
     for (int32_t j = 0; j < n; ++j) mx = std::max(mx, s.p[j]);
     double lanes[kTile] = {};
@@ -197,9 +197,10 @@ void check_attention_call(const KVCache& kv, const Batch& b, int n_head, int n_h
 }
 
 void attention(ThreadPool& pool, const KVCache& kv, int layer, const float* q, float* out,
-               const Batch& b, int n_head, int n_head_kv, int head_dim, float scale, int window,
+               const Batch& b, int n_head, int n_head_kv, int head_dim, float scale, int window, float softcap,
                AttnKernel kernel) {
-    const Shape sh{n_head, n_head_kv, head_dim, n_head_kv > 0 ? n_head / n_head_kv : 0, scale, window};
+    if (!(softcap >= 0.0f) || !isfinite(softcap)) throw std::invalid_argument("attention: softcap must be >= 0");
+    const Shape sh{n_head, n_head_kv, head_dim, n_head_kv > 0 ? n_head / n_head_kv : 0, scale, window, softcap};
     validate(kv, b, sh);
     if (b.n_tokens == 0) return;
     if (kernel == AttnKernel::AVX512 && !attention_avx512_available())

@@ -6,6 +6,7 @@
 // depend only on that row's own query, position and window — never on the batch, the chunk, the
 // thread count or the kernel (scalar or AVX-512): outputs are bit-identical in every setting.
 #pragma once
+#include <math.h>
 #include <stdint.h>
 #include "kv_cache.h"
 #include "model.h"
@@ -31,9 +32,10 @@ bool attention_avx2_available();
 // by key position mod 16, reduced as a fixed tree), probabilities rounded to F16 for the product
 // with V (a sequential FMA over keys). Auto picks AVX-512 when available and head_dim % 16 == 0,
 // else AVX2 when available and head_dim % 8 == 0, else the scalar reference.
+// softcap > 0: each score s becomes tanh(s * (1/softcap)) * softcap before the softmax (Gemma 2).
 void attention(ThreadPool& pool, const KVCache& kv, int layer, const float* q, float* out,
                const Batch& b, int n_head, int n_head_kv, int head_dim, float scale, int window,
-               AttnKernel kernel = AttnKernel::Auto);
+               float softcap = 0.0f, AttnKernel kernel = AttnKernel::Auto);
 
 // The same attention in llama.cpp's float order (Numerics::LlamaCpp; attention_ggml.cpp): the
 // q.k and p.V sums follow tinyBLAS when the batch has two or more tokens, ggml's vec_dot_f16
@@ -41,7 +43,11 @@ void attention(ThreadPool& pool, const KVCache& kv, int layer, const float* q, f
 // held to (bit-identical).
 void attention_ggml(ThreadPool& pool, const KVCache& kv, int layer, const float* q, float* out,
                     const Batch& b, int n_head, int n_head_kv, int head_dim, float scale, int window,
-                    bool reference = false);
+                    float softcap = 0.0f, bool reference = false);
+
+// Attention logit soft-capping as llama.cpp computes it (ggml_scale, ggml_tanh, ggml_scale):
+// tanh(s * (1/cap)) * cap; cap 0 = none.
+inline float softcap_score(float s, float cap) { return cap > 0.0f ? tanhf(s * (1.0f / cap)) * cap : s; }
 
 // The shape and batch checks both attention paths make before touching the cache: heads that
 // divide, n_head_kv * head_dim equal to the cache's width, every token's sequence, position and
@@ -61,7 +67,17 @@ struct Shape {
     int n_head, n_head_kv, head_dim, group;   // group = n_head / n_head_kv query heads per kv head
     float scale;
     int window;                                // 0 = causal over the whole sequence
+    float softcap = 0.0f;                      // 0 = none
 };
+
+// The SIMD kernels' soft-capping: row r's visible scores s[r * span + p - lo], p in
+// [start[r], pos[r]] (the masked lanes stay -inf), each through softcap_score as the scalar
+// reference does it.
+inline void softcap_rows(float* s, int R, int64_t span, int32_t lo, const int32_t* start, const int32_t* pos,
+                         float cap) {
+    for (int r = 0; r < R; ++r)
+        for (int32_t p = start[r]; p <= pos[r]; ++p) s[r * span + p - lo] = softcap_score(s[r * span + p - lo], cap);
+}
 
 // Query tokens [t0, t1) of one sequence (contiguous in the batch, increasing positions) and all
 // `group` query heads of kv head `kv_head`.

@@ -285,6 +285,7 @@ void attend_chunk_avx2(const KVCache& kv, int layer, const float* q, float* out,
                             &w.s[ra * span + k * kTile], span},
                    rb - ra);
     }
+    if (sh.softcap > 0.0f) softcap_rows(w.s.data(), R, span, lo, w.start.data(), w.pos.data(), sh.softcap);
     // Pass 2: softmax of each row over its own tiles.
     for (int r = 0; r < R; ++r) {
         const int k0 = (w.start[r] / kTile * kTile - lo) / kTile, k1 = (w.pos[r] - lo) / kTile;

@@ -73,6 +73,7 @@ struct Call {
     float scale;
     int window;
     bool batched;   // two or more tokens in the batch: llama.cpp's tinyBLAS order, else vec_dot_f16's
+    float softcap;  // 0 = none
 };
 
 // One (token, head) row: its position, first visible key, and the K / V slots of its keys.
@@ -107,7 +108,7 @@ void attend_row_ref(const Call& c, const float* q_row, float* out, int64_t t, in
         auto kk = [k](int i) { return fp16_to_f32(k[i]); };
         auto qq = [q](int i) { return q[i]; };
         const float dot = batched && hd % 16 == 0 ? tinyblas_order(hd, kk, qq) : vec_dot_f16_order(hd, kk, qq);
-        s.w[p] = dot * c.scale;
+        s.w[p] = softcap_score(dot * c.scale, c.softcap);
         max = std::max(max, s.w[p]);
     }
     double sum = 0.0;
@@ -198,7 +199,7 @@ void attend_row_avx512(const Call& c, const float* q_row, float* out, int64_t t,
     for (int32_t p = start; p <= pos; ++p) {
         s.k[p] = row.k(c, p);
         s.v[p] = row.v(c, p);
-        s.w[p] = qk_avx512(q, s.k[p], hd, c.batched) * c.scale;
+        s.w[p] = softcap_score(qk_avx512(q, s.k[p], hd, c.batched) * c.scale, c.softcap);
         max = std::max(max, s.w[p]);
     }
     double sum = 0.0;
@@ -222,11 +223,12 @@ void attend_row_avx512(const Call& c, const float* q_row, float* out, int64_t t,
 }  // namespace
 
 void attention_ggml(ThreadPool& pool, const KVCache& kv, int layer, const float* q, float* out, const Batch& b,
-                    int n_head, int n_head_kv, int head_dim, float scale, int window, bool reference) {
+                    int n_head, int n_head_kv, int head_dim, float scale, int window, float softcap,
+                    bool reference) {
     check_attention_call(kv, b, n_head, n_head_kv, head_dim, window);   // every index below relies on it
     const int64_t rows = b.n_tokens * n_head;
     const int group = n_head / n_head_kv;
-    const Call call{kv, layer, b, head_dim, scale, window, b.n_tokens >= 2};
+    const Call call{kv, layer, b, head_dim, scale, window, b.n_tokens >= 2, softcap};
 #if LLL_ATTN_GGML_AVX512
     static const bool avx512 = attention_avx512_available();
     const bool fast = !reference && avx512 && head_dim % kL == 0;

@@ -56,6 +56,7 @@ struct AttnParams {
     int n_head, n_head_kv, head_dim;
     float scale;   // applied to q.k
     int window;    // sliding window in tokens, 0 = causal over the whole sequence
+    float softcap = 0.0f;   // scores become tanh(s / softcap) * softcap (Gemma 2); 0 = none
 };
 
 // The input embedding's rows: in `rows` (on the backend), or, when fd >= 0, read from the file

@@ -72,9 +72,11 @@ public:
     void attention(const KVCache& kv, int layer, const float* q, float* out, const Batch& b,
                    const AttnParams& p) override {
         if (numerics_ == Numerics::LlamaCpp)
-            attention_ggml(pool_, kv, layer, q, out, b, p.n_head, p.n_head_kv, p.head_dim, p.scale, p.window);
+            attention_ggml(pool_, kv, layer, q, out, b, p.n_head, p.n_head_kv, p.head_dim, p.scale, p.window,
+                           p.softcap);
         else
-            lll::attention(pool_, kv, layer, q, out, b, p.n_head, p.n_head_kv, p.head_dim, p.scale, p.window);
+            lll::attention(pool_, kv, layer, q, out, b, p.n_head, p.n_head_kv, p.head_dim, p.scale, p.window,
+                           p.softcap);
     }
     void glu(const float* gate, const float* up, float* out, int64_t n, FFNAct act) override {
         if (act == FFNAct::SiLU) swiglu(pool_, gate, up, out, n);

@@ -102,7 +102,7 @@ public:
     void attention(const KVCache& kv, int layer, const float* q, float* out, const Batch& b,
                    const AttnParams& p) override {
         check(llc_attention(kv_layer(kv, layer), q, out, &dbatch_, p.n_head, p.n_head_kv, p.head_dim, p.scale,
-                            p.window, stream_));
+                            p.window, p.softcap, stream_));
     }
     void glu(const float* gate, const float* up, float* out, int64_t n, FFNAct act) override {
         check(act == FFNAct::SiLU ? llc_swiglu(gate, up, out, n, stream_) : llc_geglu(gate, up, out, n, stream_));

@@ -267,7 +267,7 @@ py::array_t<float> attention_py(const F32Array& q, const F32Array& k, const F32A
     DeviceBuffer dtiles = upload(tiles.data(), b.n_tiles * 8, "tiles"), dq = upload(qsub.data(), qsub.size() * 4, "q");
     DeviceBuffer out(qsub.size() * sizeof(float), "attention output");
     b.positions = dpos.as<int32_t>(), b.seq_of_token = dseq.as<int32_t>(), b.tiles = dtiles.as<int32_t>(), b.n_tokens = Tq;
-    check(llc_attention(c.layer, dq.as<float>(), out.as<float>(), &b, (int)n_head, (int)k.shape(1), (int)hd, scale, window, nullptr));
+    check(llc_attention(c.layer, dq.as<float>(), out.as<float>(), &b, (int)n_head, (int)k.shape(1), (int)hd, scale, window, 0.0f, nullptr));
     return download<float>(out, {Tq, n_head, hd});
 }
 

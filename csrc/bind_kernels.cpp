@@ -359,7 +359,7 @@ py::array_t<float> attention_test_py(const F32Array& q, const F32Array& k, const
                                      const I32Array& positions, const I32Array& seq_of_token,
                                      const I32Array& block_tables, int64_t n_blocks, int block_size,
                                      const I32Array& query_rows, float scale, int window, int kernel,
-                                     int n_threads, const std::string& numerics) {
+                                     int n_threads, const std::string& numerics, float softcap) {
     if (numerics != "fast" && numerics != "llama.cpp")
         throw std::invalid_argument("attention_test: numerics must be 'fast' or 'llama.cpp'");
     if (q.ndim() != 3 || k.ndim() != 3 || v.ndim() != 3)
@@ -404,10 +404,10 @@ py::array_t<float> attention_test_py(const F32Array& q, const F32Array& k, const
     std::lock_guard<std::mutex> lock(sp.busy);
     if (numerics == "llama.cpp")
         lll::attention_ggml(sp.pool, kv, 0, qsub.data(), op, qb, (int)n_head, (int)n_head_kv, (int)hd, scale, window,
-                            kernel == 0);
+                            softcap, kernel == 0);
     else
         lll::attention(sp.pool, kv, 0, qsub.data(), op, qb, (int)n_head, (int)n_head_kv, (int)hd, scale, window,
-                       static_cast<lll::AttnKernel>(kernel));
+                       softcap, static_cast<lll::AttnKernel>(kernel));
     return out;
 }
 
@@ -466,9 +466,9 @@ void register_kernels(py::module_& m) {
     m.def("attention_test", &attention_test_py, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("positions"),
           py::arg("seq_of_token"), py::arg("block_tables"), py::arg("n_blocks"), py::arg("block_size"),
           py::arg("query_rows"), py::arg("scale"), py::arg("window") = 0, py::arg("kernel") = -1,
-          py::arg("n_threads") = 2, py::arg("numerics") = "fast",
+          py::arg("n_threads") = 2, py::arg("numerics") = "fast", py::arg("softcap") = 0.0f,
           "Test harness: writes K/V of all tokens to a fresh paged cache, runs attention for query_rows; "
-          "kernel -1 auto, 0 scalar, 2 avx512; numerics 'fast' or 'llama.cpp' (whose kernel order "
+          "kernel -1 auto, 0 scalar, 1 avx2, 2 avx512; softcap > 0 soft-caps the scores; numerics 'fast' or 'llama.cpp' (whose kernel order "
           "depends on len(query_rows): one row or more). Returns [len(query_rows), n_head, head_dim].");
     m.def("attention_avx512_available", &lll::attention_avx512_available,
           "Whether the AVX-512 attention kernel is compiled in and supported here.");

@@ -122,6 +122,9 @@ void Model::forward(const Batch& b, float* logits) {
     if (output_backend_ != cur) move_activations(*cur, *output_backend_, T * D);
     output_backend_->output_head(output_backend_->scratch().x, b, w_.output_norm, hp_.norm_eps, w_.output, logits);
     output_backend_->sync();
+    if (hp_.final_softcap > 0.0f)   // llama.cpp's order: scale by 1/cap, tanh, scale by cap
+        for (int64_t i = 0; i < b.n_out * (int64_t)hp_.n_vocab; ++i)
+            logits[i] = tanhf(logits[i] * (1.0f / hp_.final_softcap)) * hp_.final_softcap;
 }
 
 }  // namespace lll

@@ -41,21 +41,24 @@ struct HParams {
     int rope_dims = 0;                    // leading dims of a head that are rotated
     float rope_base = 10000.f;            // global layers
     float rope_base_swa = 10000.f;        // sliding-window layers
-    RopeScaling rope_scaling;             // global layers (sliding-window ones: llama.cpp keeps freq_scale 1)
+    RopeScaling rope_scaling;             // global layers
+    float rope_freq_scale_swa = 1.0f;     // sliding-window layers' freq_scale (llama.cpp: 1, Gemma 2: the global one)
     std::vector<float> rope_freq_factors; // rope_freqs.weight [rope_dims/2], empty when absent
     int n_swa = 0;                        // sliding window (tokens), 0 = none
     std::vector<uint8_t> layer_is_swa;    // per layer
     float attn_scale = 0.f;               // applied to the q.k scores (llama) ...
     float q_scale = 1.f;                  // ... or to q after RoPE (gemma)
     float embd_scale = 1.f;               // token embeddings are multiplied by this (gemma)
+    float attn_softcap = 0.f;             // attention scores soft-capped at this (gemma2), 0 = none
+    float final_softcap = 0.f;            // logits soft-capped at this (gemma2), 0 = none
 
-    // The angles of layer il's RoPE: its base; the file's scaling, with freq_scale 1 on
+    // The angles of layer il's RoPE: its base; the file's scaling, with rope_freq_scale_swa on
     // sliding-window layers as llama.cpp has it; the frequency factors.
     RopeFreqs rope_freqs(int il) const {
         const bool swa = n_swa > 0 && layer_is_swa[il];
         RopeFreqs f{swa ? rope_base_swa : rope_base, rope_scaling,
                     rope_freq_factors.empty() ? nullptr : rope_freq_factors.data()};
-        if (swa) f.scaling.freq_scale = 1.0f;
+        if (swa) f.scaling.freq_scale = rope_freq_scale_swa;
         return f;
     }
 };
@@ -110,7 +113,7 @@ const ArchSpec* find_arch(const std::string& name);   // nullptr when unsupporte
 // Hyper-parameters and weight views (checked, not read) of a GGUF: what loading and the
 // planner both start from.
 const ArchSpec* describe_model(const GGUFFile& f, HParams& hp, ModelWeights& w);
-std::string supported_archs();                         // "gemma3, llama, phi3, qwen2, qwen3"
+std::string supported_archs();                         // "gemma2, gemma3, llama, phi3, qwen2, qwen3"
 
 class Model {
 public:

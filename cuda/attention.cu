@@ -24,7 +24,13 @@ struct AttnArgs {
     int n_head, group, head_dim;
     float scale;
     int window;
+    float softcap;   // 0 = none
 };
+
+// Gemma 2's soft-capping, as csrc/attention.h softcap_score.
+__device__ __forceinline__ float softcap_score(float s, float cap) {
+    return cap > 0.0f ? tanhf(s * (1.0f / cap)) * cap : s;
+}
 
 __device__ __forceinline__ int32_t first_visible(int32_t pos, int window) {
     return window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
@@ -80,7 +86,7 @@ __global__ void __launch_bounds__(32 * kAttnWarps) k_attn_decode(AttnArgs a, con
 #pragma unroll
         for (int i = 0; i < kMaxPerLane; ++i)
             if (i < per_lane) sc += qv[i] * __half2float(kr[lane + 32 * i]);
-        sc = warp_sum(sc) * a.scale;
+        sc = softcap_score(warp_sum(sc) * a.scale, a.softcap);
         const float m_new = fmaxf(m, sc);
         const float alpha = expf(m - m_new), pe = expf(sc - m_new);
         l = l * alpha + pe;
@@ -162,7 +168,7 @@ __global__ void __launch_bounds__(32 * kAttnWarps) k_attn_prompt(AttnArgs a, con
                     acc = fmaf(qd.x, kd.x, acc);
                     acc = fmaf(qd.y, kd.y, acc);
                 }
-                sc = acc * a.scale;
+                sc = softcap_score(acc * a.scale, a.softcap);
             }
             const float m_new = fmaxf(m[r], warp_max(sc));
             if (m_new == -INFINITY) continue;     // no key of this row in the tile or before it
@@ -233,7 +239,7 @@ llc_status llc_kv_copy_block(llc_kv_layer kv, int64_t src, int64_t dst, llc_stre
 }
 
 llc_status llc_attention(llc_kv_layer kv, const float* q, float* out, const llc_batch* b, int n_head, int n_head_kv,
-                         int head_dim, float scale, int window, llc_stream s) {
+                         int head_dim, float scale, int window, float softcap, llc_stream s) {
     LLC_REQUIRE(b, "attention: no batch");
     LLC_REQUIRE(n_head > 0 && n_head_kv > 0 && n_head % n_head_kv == 0,
                 "attention: n_head " + std::to_string(n_head) + " is not a positive multiple of n_head_kv " +
@@ -245,7 +251,8 @@ llc_status llc_attention(llc_kv_layer kv, const float* q, float* out, const llc_
     LLC_REQUIRE(window >= 0, "attention: window must be >= 0");
     LLC_REQUIRE(n_head <= 65535 && b->n_tokens <= 0x7fffffff, "attention: too many heads or tokens");
     if (b->n_tokens == 0) return LLC_OK;
-    const AttnArgs args{kv, *b, n_head, n_head / n_head_kv, head_dim, scale, window};
+    LLC_REQUIRE(softcap >= 0.0f, "attention: softcap must be >= 0");
+    const AttnArgs args{kv, *b, n_head, n_head / n_head_kv, head_dim, scale, window, softcap};
     if (b->max_tile_tokens <= 1) {
         k_attn_decode<<<dim3((unsigned)b->n_tokens, n_head), 32 * kAttnWarps, 0, s>>>(args, q, out);
         return launched("attention (decode)");

@@ -143,9 +143,10 @@ llc_status llc_kv_copy_block(llc_kv_layer kv, int64_t src, int64_t dst, llc_stre
 // out[T][n_head*head_dim] = softmax(scale * q.K^T) . V per head over the keys each token sees:
 // positions [max(0, pos - window + 1), pos] of its sequence (window 0 = all), GQA heads
 // h -> h / (n_head / n_head_kv). head_dim: a multiple of 32, at most 256. Block ids out of
-// [0, n_blocks) are skipped, never read (the CPU's validation reports them first).
+// [0, n_blocks) are skipped, never read (the CPU's validation reports them first). softcap > 0:
+// scores become tanh(s / softcap) * softcap before the softmax (Gemma 2).
 llc_status llc_attention(llc_kv_layer kv, const float* q, float* out, const llc_batch* b, int n_head,
-                         int n_head_kv, int head_dim, float scale, int window, llc_stream s);
+                         int n_head_kv, int head_dim, float scale, int window, float softcap, llc_stream s);
 
 // ---- host twins (host_check.cu): the device code of the decode path and of dequantization run
 // on the CPU, so that machines with no GPU check its arithmetic (tests/cuda_host_check.py) ----

@@ -63,8 +63,9 @@ def make_batch(lengths, n_head, n_head_kv, hd, block_size=16, seed=0, seqs=None)
                  len(ids), block_size)
 
 
-def reference(b: Batch, rows, scale: float, window: int) -> np.ndarray:
-    """float64 attention of the given token rows (numerics as documented in attention.h)."""
+def reference(b: Batch, rows, scale: float, window: int, softcap: float = 0.0) -> np.ndarray:
+    """float64 attention of the given token rows (numerics as documented in attention.h);
+    softcap > 0: scores soft-capped to softcap * tanh(s / softcap) (Gemma 2)."""
     f16 = lambda a: a.astype(np.float16).astype(np.float64)
     q, k, v = f16(b.q), f16(b.k), f16(b.v)
     group = q.shape[1] // k.shape[1]
@@ -75,6 +76,8 @@ def reference(b: Batch, rows, scale: float, window: int) -> np.ndarray:
         keys = own[(b.positions[own] <= pos) & (b.positions[own] > (pos - window if window > 0 else -1))]
         for h in range(q.shape[1]):
             s = k[keys, h // group] @ q[t, h] * scale
+            if softcap > 0:
+                s = softcap * np.tanh(s / softcap)
             e = np.exp(s - s.max())
             p = f16(e / e.sum())
             out[i, h] = p @ v[keys, h // group]
@@ -144,6 +147,25 @@ def test_batch_invariance(hd, n_head, n_head_kv, window):
     assert np.array_equal(bits(many.run(ends, scale, window)[1]), bits(base[-1]))
     for kernel in (0, *SIMD_KERNELS):   # and every kernel agrees bit for bit
         assert np.array_equal(bits(alone.run(alone.rows_of(0), scale, window, kernel=kernel)), bits(base))
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("numerics", ["fast", "llama.cpp"])
+def test_softcap(kernel, numerics):
+    """Gemma 2's soft-capped scores: every kernel against the float64 reference, and bit for bit
+    against the scalar one; a cap of 1 on scores of a few units changes the result."""
+    b = make_batch([37, 1, 70], 8, 2, 64, seed=11)
+    rows = np.arange(len(b.seq), dtype=np.int32)
+    run = lambda k, cap: _core.attention_test(b.q, b.k, b.v, b.positions, b.seq, b.tables, b.n_blocks, 16, rows,
+                                              0.5, 9, k if numerics == "fast" else (0 if k == 0 else -1),
+                                              2, numerics, cap)
+    got = run(kernel, 1.0)
+    want = reference(b, rows, 0.5, 9, softcap=1.0)
+    tol = 1e-3 * np.abs(b.v).max()
+    assert np.abs(got - want).max() < tol
+    assert np.abs(run(kernel, 0.0) - want).max() > 50 * tol
+    if numerics == "fast":
+        assert np.array_equal(got.view(np.uint32), run(0, 1.0).view(np.uint32))
 
 
 def test_block_size_not_multiple_of_16():

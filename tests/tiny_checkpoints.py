@@ -22,6 +22,11 @@ LLAMA = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_at
 QWEN2 = dict(LLAMA, vocab_size=151936, bos_token_id=151643, eos_token_id=151645)
 QWEN3 = dict(QWEN2, head_dim=64)     # Q is 4 x 64 = 256 wide on a 128-wide model, as Qwen3's are
 PHI3 = dict(LLAMA, tie_word_embeddings=False, pad_token_id=0)
+# Gemma 2 with a 16-token window (alternate layers) and strong soft-capping, so both matter over
+# 192 tokens; Gemma 3's tokenizer (vocabulary 262144).
+GEMMA2 = dict(LLAMA, num_hidden_layers=4, vocab_size=262144, head_dim=32, query_pre_attn_scalar=32,
+              sliding_window=16, attn_logit_softcapping=2.0, final_logit_softcapping=3.0, bos_token_id=2,
+              eos_token_id=1, pad_token_id=0)
 
 # name -> (model family, rope_parameters)
 VARIANTS = {
@@ -45,14 +50,16 @@ def build(family: str, rope: dict | None, out: Path) -> Path:
         "llama": (tf.LlamaConfig, tf.LlamaForCausalLM, LLAMA, "smollm2"),
         "qwen2": (tf.Qwen2Config, tf.Qwen2ForCausalLM, QWEN2, "qwen2"),
         "qwen3": (tf.Qwen3Config, tf.Qwen3ForCausalLM, QWEN3, "qwen2"),
-        "phi3": (tf.Phi3Config, tf.Phi3ForCausalLM, PHI3, "smollm2")}[family]
+        "phi3": (tf.Phi3Config, tf.Phi3ForCausalLM, PHI3, "smollm2"),
+        "gemma2": (tf.Gemma2Config, tf.Gemma2ForCausalLM, GEMMA2, "gemma3")}[family]
     params = rope or {"rope_type": "default", "rope_theta": 1e6 if family.startswith("qwen") else 10000.0}
     torch.manual_seed(0)
     config = cfg_cls(**base, rope_parameters=dict(params))
     config.initializer_range = 0.08     # peaked next-token distributions, as in test_convert
     model_cls(config).save_pretrained(out)
-    for f in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(checkpoint(tok_from) / f, out / f)
+    for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model"):
+        if (checkpoint(tok_from) / f).exists():
+            shutil.copy(checkpoint(tok_from) / f, out / f)
     return out
 
 

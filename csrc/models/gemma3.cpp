@@ -2,6 +2,7 @@
 // NeoX RoPE with a separate base on sliding-window layers (5 of every 6), q scaled after RoPE,
 // post-attention and post-FFN norms, GELU-gated FFN. The GGUF norms already include Gemma's +1.
 #include <math.h>
+#include "gemma.h"
 #include "layer_blocks.h"
 #include "../weights.h"
 
@@ -24,7 +25,7 @@ static void gemma3_hparams(const GGUFFile& f, HParams& hp) {
     }
 }
 
-static void gemma3_layer_forward(const LayerCtx& c, float* x, int64_t T) {
+void gemma_layer_forward(const LayerCtx& c, float* x, int64_t T) {
     const HParams& hp = c.hp;
     const LayerWeights& L = c.L;
     Backend& be = c.be;
@@ -52,6 +53,6 @@ static void gemma3_weights(const GGUFFile& f, const HParams& hp, ModelWeights& w
     }
 }
 
-extern const ArchSpec kGemma3Arch = {"gemma3", gemma3_hparams, gemma3_weights, gemma3_layer_forward};
+extern const ArchSpec kGemma3Arch = {"gemma3", gemma3_hparams, gemma3_weights, gemma_layer_forward};
 
 }  // namespace lll

@@ -25,7 +25,8 @@ void attention_block(const LayerCtx& c, const float* h, int64_t T, float* out) {
     if (hp.q_scale != 1.0f) be.scale(q, hp.q_scale, T * hp.n_head * hd);
     be.kv_write(c.kv, c.il, k, v, c.b);
     float* attn = be.scratch().attn;                  // [T, n_head, hd]
-    be.attention(c.kv, c.il, q, attn, c.b, AttnParams{hp.n_head, hp.n_head_kv, hd, hp.attn_scale, swa ? hp.n_swa : 0});
+    be.attention(c.kv, c.il, q, attn, c.b, AttnParams{hp.n_head, hp.n_head_kv, hd, hp.attn_scale, swa ? hp.n_swa : 0,
+                                                         hp.attn_softcap});
     be.linear(L.wo, attn, T, out);
 }
 

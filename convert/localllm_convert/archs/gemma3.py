@@ -41,21 +41,25 @@ class Gemma3Converter(ArchConverter):
         "mlp.down_proj.weight": "ffn_down.weight",
     }
 
+    swa_pattern = SWA_PATTERN
+    softcapping = False        # gemma2 soft-caps attention scores and logits; gemma3 does not
+
     def read_hparams(self):
         c = self.config
-        if c.get("attn_logit_softcapping") is not None:
-            raise CheckpointError("gemma3 with attn_logit_softcapping is not supported")
-        if c.get("final_logit_softcapping") is not None:
-            raise CheckpointError("gemma3 with final_logit_softcapping is not supported")
+        arch = self.gguf_arch
+        if not self.softcapping:
+            for key in ("attn_logit_softcapping", "final_logit_softcapping"):
+                if c.get(key) is not None:
+                    raise CheckpointError(f"{arch} with {key} is not supported")
         if not isinstance(c.get("sliding_window"), int):
-            raise CheckpointError("config.json: gemma3 needs an integer sliding_window")
+            raise CheckpointError(f"config.json: {arch} needs an integer sliding_window")
         layer_types = c.get("layer_types")
         if layer_types:
-            expect = ["full_attention" if (i + 1) % SWA_PATTERN == 0 else "sliding_attention"
+            expect = ["full_attention" if (i + 1) % self.swa_pattern == 0 else "sliding_attention"
                       for i in range(len(layer_types))]
             if list(layer_types) != expect:
-                raise CheckpointError("config.json: gemma3 layer_types must follow the "
-                                      f"1-global-in-{SWA_PATTERN} pattern llama.cpp assumes")
+                raise CheckpointError(f"config.json: {arch} layer_types must follow the "
+                                      f"1-global-in-{self.swa_pattern} pattern llama.cpp assumes")
         c = {"head_dim": 256, "num_attention_heads": 8, "num_key_value_heads": 4,
              "max_position_embeddings": 131072, **c}
         self.config = c
@@ -90,11 +94,11 @@ class Gemma3Converter(ArchConverter):
             w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
             w.add_rope_scaling_factor(float(rope_number(rope, "factor", kind)))
         elif kind != "default":
-            raise CheckpointError(f"unsupported rope scaling type {kind!r} for gemma3")
+            raise CheckpointError(f"unsupported rope scaling type {kind!r} for {self.gguf_arch}")
 
     def vocab(self):
         if self.ckpt.file("tokenizer.model") is None:
-            raise CheckpointError(f"{self.ckpt.dir} has no tokenizer.model: gemma3 needs its "
+            raise CheckpointError(f"{self.ckpt.dir} has no tokenizer.model: {self.gguf_arch} needs its "
                                   "SentencePiece model (Google's checkpoints ship it)")
         vocab = super().vocab()
         vocab.add_space_prefix = False
