@@ -132,6 +132,23 @@ def test_cuda_rope_matches_cpu(style, head_dim, rope_dims):
         assert not np.allclose(cpu, x)   # the reference really rotated
 
 
+@pytest.mark.parametrize("scaling", ["llama3", "linear", "yarn"])
+def test_cuda_scaled_rope_matches_cpu(scaling):
+    """RoPE scaling (csrc/rope.h, shared by both): frequency factors, linear, YaRN."""
+    rng = np.random.default_rng(7)
+    T, H, head_dim = 40, 4, 128
+    x = rng.standard_normal((T, H, head_dim)).astype(np.float32)
+    positions = np.concatenate([np.arange(20), np.arange(9000, 9020)]).astype(np.int32)
+    kw = {"llama3": dict(freq_factors=np.linspace(1.0, 8.0, head_dim // 2).astype(np.float32)),
+          "linear": dict(freq_scale=0.25),
+          "yarn": dict(freq_scale=0.25, ext_factor=1.0, attn_factor=0.9, n_ctx_orig=4096)}[scaling]
+    gpu = _core.cuda_rope(x, positions, head_dim, 500000.0, "neox", **kw)
+    cpu = _core.cuda_rope_cpu_reference(x, positions, head_dim, 500000.0, "neox", **kw)
+    plain = _core.cuda_rope_cpu_reference(x, positions, head_dim, 500000.0, "neox")
+    assert nmse(gpu, cpu) <= NMSE_MAX
+    assert not np.allclose(cpu, plain, atol=1e-3)   # the scaling changed the angles
+
+
 @pytest.mark.parametrize("op", ["swiglu", "geglu"])
 def test_cuda_glu_matches_cpu(op):
     rng = np.random.default_rng(3)
