@@ -110,7 +110,7 @@ llc_status llc_rope_table(const int32_t* positions, int64_t T, int rope_dims, fl
                           const llc_rope_scaling* scaling, float* cs, llc_stream s) {
     LLC_REQUIRE(T >= 0 && rope_dims > 0 && rope_dims % 2 == 0, "rope_table: rope_dims must be positive and even");
     if (T == 0) return LLC_OK;
-    RopeScaling sc;
+    lll::RopeScaling sc;
     const float* factors = nullptr;
     if (scaling) {
         sc.freq_scale = scaling->freq_scale, sc.ext_factor = scaling->ext_factor, sc.attn_factor = scaling->attn_factor;
@@ -118,7 +118,7 @@ llc_status llc_rope_table(const int32_t* positions, int64_t T, int rope_dims, fl
         factors = scaling->freq_factors;
     }
     float corr[2] = {0.0f, 0.0f};
-    if (sc.ext_factor != 0.0f) rope_yarn_corr_dims(rope_dims, base, sc, corr);
+    if (sc.ext_factor != 0.0f) lll::rope_yarn_corr_dims(rope_dims, base, sc, corr);
     k_rope_table<<<blocks_for(T, 128), 128, 0, s>>>(positions, T, rope_dims, powf(base, -2.0f / (float)rope_dims), sc,
                                                     corr[0], corr[1], factors, cs);
     return launched("rope_table");
