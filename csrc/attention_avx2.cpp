@@ -12,28 +12,13 @@
 #include <math.h>
 #include <algorithm>
 #include <vector>
-#include "fp16.h"
+#include "attention_chunk.h"
 
 namespace lll {
 namespace attn_detail {
 namespace {
 
 constexpr int kHalf = kTile / 2;   // 8 lanes
-
-// Per-thread scratch, grown as needed and reused across calls (no allocation in steady state).
-struct ChunkScratch {
-    std::vector<float> qh;               // [R][hd]   queries rounded to F16
-    std::vector<float> s;                // [R][span] scores -> exps -> probabilities
-    std::vector<float> kt;               // [hd][16]  K tile, transposed, f32
-    std::vector<float> vt;               // [16][hd]  V tile, f32
-    std::vector<int32_t> start, pos;     // [R]       visible key range of each row
-    std::vector<fp16_t> zeros;           // [hd]      stands in for keys outside the chunk's range
-};
-
-template <typename T>
-void grow(std::vector<T>& v, size_t n) {
-    if (v.size() < n) v.resize(n);
-}
 
 inline __m256 round_f16(__m256 x) {
     return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
@@ -57,22 +42,6 @@ inline void transpose8(__m256 r[8]) {
     for (int c = 0; c < 4; ++c) {        // 128-bit halves: rows 0-3 with rows 4-7
         r[c] = _mm256_permute2f128_ps(s[c], s[4 + c], 0x20);
         r[4 + c] = _mm256_permute2f128_ps(s[c], s[4 + c], 0x31);
-    }
-}
-
-// F16 rows of the 16 positions p0..p0+15 of a tile (K or V of kv head offset `off`); positions
-// outside [valid_lo, valid_hi] (not this chunk's keys) point at zeros and are masked later.
-void tile_rows(const KVCache& kv, bool values, int layer, const int32_t* table, int32_t p0, int32_t valid_lo,
-               int32_t valid_hi, int off, const fp16_t* zeros, const fp16_t* rows[kTile]) {
-    const int bs = kv.block_size();
-    for (int j = 0; j < kTile; ++j) {
-        const int32_t p = p0 + j;
-        if (p < valid_lo || p > valid_hi) {
-            rows[j] = zeros;
-            continue;
-        }
-        const int32_t blk = table[p / bs];
-        rows[j] = (values ? kv.v_slot(layer, blk, p % bs) : kv.k_slot(layer, blk, p % bs)) + off;
     }
 }
 
@@ -224,38 +193,6 @@ void setup_rows(const float* q, float* out, const Batch& b, const Chunk& c, cons
         }
 }
 
-// The rows [ra, rb) that see tile k (rows are ordered by position, so they are a range).
-inline void rows_of_tile(const ChunkScratch& w, int R, int32_t p0, int& ra, int& rb) {
-    while (ra < R && w.pos[ra] < p0) ++ra;
-    while (rb < R && w.start[rb] <= p0 + kTile - 1) ++rb;
-}
-
-// Pass 3 for one tile: rows with the same key range in it (all but the diagonal ones) go 4 at a time.
-void pv_of_tile(ChunkScratch& w, const Chunk& c, const Shape& sh, float* out, int k, int32_t p0, int ra, int rb,
-                int64_t span) {
-    const int hd = sh.head_dim;
-    for (int r = ra; r < rb;) {
-        const int ja = std::max(w.start[r], p0) - p0, jb = std::min(w.pos[r], p0 + kTile - 1) - p0;
-        const float* p[4];
-        float* o[4];
-        int n = 0;
-        for (; n < 4 && r + n < rb; ++n) {
-            const int rr = r + n;
-            if (std::max(w.start[rr], p0) - p0 != ja || std::min(w.pos[rr], p0 + kTile - 1) - p0 != jb) break;
-            const int64_t t = c.t0 + rr / sh.group, h = c.kv_head * sh.group + rr % sh.group;
-            p[n] = &w.s[rr * span + k * kTile];
-            o[n] = out + (t * sh.n_head + h) * hd;
-        }
-        switch (n) {
-            case 4: pv_rows<4>(w.vt.data(), hd, p, ja, jb, o); break;
-            case 3: pv_rows<3>(w.vt.data(), hd, p, ja, jb, o); break;
-            case 2: pv_rows<2>(w.vt.data(), hd, p, ja, jb, o); break;
-            default: pv_rows<1>(w.vt.data(), hd, p, ja, jb, o); break;
-        }
-        r += n;
-    }
-}
-
 }  // namespace
 
 void attend_chunk_avx2(const KVCache& kv, int layer, const float* q, float* out, const Batch& b, const Chunk& c,
@@ -277,7 +214,7 @@ void attend_chunk_avx2(const KVCache& kv, int layer, const float* q, float* out,
     // -inf, and its softmax only reads its own tiles).
     for (int k = 0, ra = 0, rb = 0; k < n_tiles; ++k) {
         const int32_t p0 = lo + k * kTile;
-        rows_of_tile(w, R, p0, ra, rb);
+        rows_seeing(w, R, p0, kTile, ra, rb);
         if (ra >= rb) continue;
         tile_rows(kv, false, layer, table, p0, first, last, off, w.zeros.data(), rows);
         load_k_tile(rows, hd, w.kt.data());
@@ -294,11 +231,19 @@ void attend_chunk_avx2(const KVCache& kv, int layer, const float* q, float* out,
     // Pass 3: probabilities times V.
     for (int k = 0, ra = 0, rb = 0; k < n_tiles; ++k) {
         const int32_t p0 = lo + k * kTile;
-        rows_of_tile(w, R, p0, ra, rb);
+        rows_seeing(w, R, p0, kTile, ra, rb);
         if (ra >= rb) continue;
         tile_rows(kv, true, layer, table, p0, first, last, off, w.zeros.data(), rows);
         load_v_tile(rows, hd, w.vt.data());
-        pv_of_tile(w, c, sh, out, k, p0, ra, rb, span);
+        pv_of_tile(w, c, sh, out, k, p0, ra, rb, span, [&](int n, const float* const* p, int ja, int jb,
+                                                            float* const* o) {
+            switch (n) {
+                case 4: pv_rows<4>(w.vt.data(), hd, p, ja, jb, o); break;
+                case 3: pv_rows<3>(w.vt.data(), hd, p, ja, jb, o); break;
+                case 2: pv_rows<2>(w.vt.data(), hd, p, ja, jb, o); break;
+                default: pv_rows<1>(w.vt.data(), hd, p, ja, jb, o); break;
+            }
+        });
     }
 }
 

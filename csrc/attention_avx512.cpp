@@ -16,26 +16,11 @@
 #include <math.h>
 #include <algorithm>
 #include <vector>
-#include "fp16.h"
+#include "attention_chunk.h"
 
 namespace lll {
 namespace attn_detail {
 namespace {
-
-// Per-thread scratch, grown as needed and reused across calls (no allocation in steady state).
-struct ChunkScratch {
-    std::vector<float> qh;               // [R][hd]   queries rounded to F16
-    std::vector<float> s;                // [R][span] scores -> exps -> probabilities
-    std::vector<float> kt;               // [2][hd][16] K tiles, transposed, f32
-    std::vector<float> vt;               // [16][hd]  V tile, f32
-    std::vector<int32_t> start, pos;     // [R]       visible key range of each row
-    std::vector<fp16_t> zeros;           // [hd]      stands in for keys outside the chunk's range
-};
-
-template <typename T>
-void grow(std::vector<T>& v, size_t n) {
-    if (v.size() < n) v.resize(n);
-}
 
 inline __m512 round_f16(__m512 x) {
     return _mm512_cvtph_ps(_mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
@@ -65,30 +50,6 @@ inline void transpose16(__m512 r[16]) {
         r[4 + c] = _mm512_shuffle_f32x4(x0, x2, 0xDD);
         r[8 + c] = _mm512_shuffle_f32x4(x1, x3, 0x88);
         r[12 + c] = _mm512_shuffle_f32x4(x1, x3, 0xDD);
-    }
-}
-
-// F16 rows of the 16 positions p0..p0+15 of a tile (K or V of kv head offset `off`); positions
-// outside [valid_lo, valid_hi] (not this chunk's keys) point at zeros and are masked later.
-void tile_rows(const KVCache& kv, bool values, int layer, const int32_t* table, int32_t p0, int32_t valid_lo,
-               int32_t valid_hi, int off, const fp16_t* zeros, const fp16_t* rows[kTile]) {
-    const int bs = kv.block_size();
-    const int64_t w = kv.kv_width();
-    const bool one_block = bs % kTile == 0 && p0 >= valid_lo && p0 + kTile - 1 <= valid_hi;
-    if (one_block) {   // the whole tile lies in one cache block: consecutive slots
-        const int32_t blk = table[p0 / bs];
-        const fp16_t* base = (values ? kv.v_slot(layer, blk, p0 % bs) : kv.k_slot(layer, blk, p0 % bs)) + off;
-        for (int j = 0; j < kTile; ++j) rows[j] = base + j * w;
-        return;
-    }
-    for (int j = 0; j < kTile; ++j) {
-        const int32_t p = p0 + j;
-        if (p < valid_lo || p > valid_hi) {
-            rows[j] = zeros;
-            continue;
-        }
-        const int32_t blk = table[p / bs];
-        rows[j] = (values ? kv.v_slot(layer, blk, p % bs) : kv.k_slot(layer, blk, p % bs)) + off;
     }
 }
 
@@ -258,8 +219,7 @@ void attend_chunk_avx512(const KVCache& kv, int layer, const float* q, float* ou
     for (int k = 0, ra = 0, rb = 0; k < n_tiles;) {
         const int nt = k + 1 < n_tiles ? 2 : 1;
         const int32_t p0 = lo + k * kTile;
-        while (ra < R && w.pos[ra] < p0) ++ra;
-        while (rb < R && w.start[rb] <= p0 + nt * kTile - 1) ++rb;
+        rows_seeing(w, R, p0, nt * kTile, ra, rb);
         if (ra < rb) {
             for (int t = 0; t < nt; ++t) {
                 tile_rows(kv, false, layer, table, p0 + t * kTile, first, last, off, w.zeros.data(), rows);
@@ -281,32 +241,19 @@ void attend_chunk_avx512(const KVCache& kv, int layer, const float* q, float* ou
     // Pass 3: probabilities times V.
     for (int k = 0, ra = 0, rb = 0; k < n_tiles; ++k) {
         const int32_t p0 = lo + k * kTile;
-        while (ra < R && w.pos[ra] < p0) ++ra;
-        while (rb < R && w.start[rb] <= p0 + kTile - 1) ++rb;
+        rows_seeing(w, R, p0, kTile, ra, rb);
         if (ra >= rb) continue;
         tile_rows(kv, true, layer, table, p0, first, last, off, w.zeros.data(), rows);
         load_v_tile(rows, hd, w.vt.data());
-        // Rows with the same key range in this tile (all but the diagonal ones) go 4 at a time.
-        for (int r = ra; r < rb;) {
-            const int ja = std::max(w.start[r], p0) - p0, jb = std::min(w.pos[r], p0 + kTile - 1) - p0;
-            const float* p[4];
-            float* o[4];
-            int n = 0;
-            for (; n < 4 && r + n < rb; ++n) {
-                const int rr = r + n;
-                if (std::max(w.start[rr], p0) - p0 != ja || std::min(w.pos[rr], p0 + kTile - 1) - p0 != jb) break;
-                const int64_t t = c.t0 + rr / sh.group, h = c.kv_head * sh.group + rr % sh.group;
-                p[n] = &w.s[rr * span + k * kTile];
-                o[n] = out + (t * sh.n_head + h) * hd;
-            }
+        pv_of_tile(w, c, sh, out, k, p0, ra, rb, span, [&](int n, const float* const* p, int ja, int jb,
+                                                            float* const* o) {
             switch (n) {
                 case 4: pv_rows<4>(w.vt.data(), hd, p, ja, jb, o); break;
                 case 3: pv_rows<3>(w.vt.data(), hd, p, ja, jb, o); break;
                 case 2: pv_rows<2>(w.vt.data(), hd, p, ja, jb, o); break;
                 default: pv_rows<1>(w.vt.data(), hd, p, ja, jb, o); break;
             }
-            r += n;
-        }
+        });
     }
 }
 
