@@ -1,10 +1,9 @@
-// attention_avx2.cpp — the AVX2 chunk kernel (see attention.h): the algorithm of the AVX-512
-// kernel (attention_avx512.cpp: 16-key tiles, three passes over them) in 8-lane vectors, each
-// 16-key tile as two halves. Scalar reference: attend_row_scalar and attention_exp in
-// attention.cpp; every (token, head) row gets the same float operations in the same order
-// (scores: one sequential FMA chain over d per key; the exps' double sum in 16 lanes by key
-// position % 16; PV: one sequential FMA chain over keys per d), so tests check the three
-// kernels bit-identical.
+// attention_avx2.cpp — the AVX2 vector code of the chunk kernel (attention_chunk.h has its three
+// passes): a 16-key tile is two 8-lane halves, one tile is scored per step (16 registers). Scalar
+// reference: attend_row_scalar and attention_exp in attention.cpp; every (token, head) row gets
+// the same float operations in the same order (scores: one sequential FMA chain over d per key;
+// the exps' double sum in 16 lanes by key position % 16; PV: one sequential FMA chain over keys
+// per d), so tests check the scalar, AVX2 and AVX-512 kernels bit-identical.
 #include "attention.h"
 
 #if LLL_ATTN_AVX2
@@ -62,18 +61,6 @@ void load_v_tile(const fp16_t* const* rows, int hd, float* vt) {
         for (int d0 = 0; d0 < hd; d0 += kHalf) _mm256_storeu_ps(vt + j * hd + d0, load_f16x8(rows[j] + d0));
 }
 
-// Inputs of the score kernel for a run of rows and the tile at p0.
-struct ScoreJob {
-    const float* kt;       // [hd][16] transposed K tile
-    int hd;
-    float scale;
-    int32_t p0;
-    const float* qh;       // [n][hd] first row's query
-    const int32_t* start;  // [n]
-    const int32_t* pos;    // [n]
-    float* s;              // first row's scores at tile p0; row stride `stride`
-    int64_t stride;
-};
 
 // Scores of NR rows x one tile: s[i][lane] = scale * (q_i . k_lane), a sequential FMA chain over
 // d per lane; -inf where the key is outside row i's [start, pos]. 2 * NR accumulators (16
@@ -193,58 +180,35 @@ void setup_rows(const float* q, float* out, const Batch& b, const Chunk& c, cons
         }
 }
 
+// The vector code of attention_chunk.h's three passes.
+struct Avx2 {
+    static constexpr int kScoreTiles = 1;
+    static void setup_rows(const float* q, float* out, const Batch& b, const Chunk& c, const Shape& sh,
+                           ChunkScratch& w) {
+        lll::attn_detail::setup_rows(q, out, b, c, sh, w);
+    }
+    static void load_k_tile(const fp16_t* const* rows, int hd, float* kt) { lll::attn_detail::load_k_tile(rows, hd, kt); }
+    static void score(const ScoreJob& job, int tiles, int n) {
+        (void)tiles;   // one tile per step
+        score_rows(job, n);
+    }
+    static void softmax_row(float* s, int n_tiles) { lll::attn_detail::softmax_row(s, n_tiles); }
+    static void load_v_tile(const fp16_t* const* rows, int hd, float* vt) { lll::attn_detail::load_v_tile(rows, hd, vt); }
+    static void pv(int n, const float* vt, int hd, const float* const* p, int ja, int jb, float* const* o) {
+        switch (n) {
+            case 4: pv_rows<4>(vt, hd, p, ja, jb, o); break;
+            case 3: pv_rows<3>(vt, hd, p, ja, jb, o); break;
+            case 2: pv_rows<2>(vt, hd, p, ja, jb, o); break;
+            default: pv_rows<1>(vt, hd, p, ja, jb, o); break;
+        }
+    }
+};
+
 }  // namespace
 
-void attend_chunk_avx2(const KVCache& kv, int layer, const float* q, float* out, const Batch& b, const Chunk& c,
-                       const Shape& sh) {
-    static thread_local ChunkScratch w;
-    const int hd = sh.head_dim, R = (int)(c.t1 - c.t0) * sh.group, off = c.kv_head * hd;
-    const int32_t* table = b.block_tables + (int64_t)b.seq_of_token[c.t0] * b.max_blocks;
-    const int32_t first = first_visible(b.positions[c.t0], sh.window), last = b.positions[c.t1 - 1];
-    const int32_t lo = first / kTile * kTile;                 // tiles aligned to absolute positions
-    const int n_tiles = (last - lo) / kTile + 1;
-    const int64_t span = (int64_t)n_tiles * kTile;
-    grow(w.qh, (size_t)R * hd), grow(w.s, (size_t)R * span), grow(w.kt, (size_t)hd * kTile);
-    grow(w.vt, (size_t)hd * kTile), grow(w.start, R), grow(w.pos, R);
-    if ((int)w.zeros.size() < hd) w.zeros.assign(hd, 0);
-    setup_rows(q, out, b, c, sh, w);
-    const fp16_t* rows[kTile];
-
-    // Pass 1: scores, a tile at a time, for the rows that see it (lanes a row does not see are
-    // -inf, and its softmax only reads its own tiles).
-    for (int k = 0, ra = 0, rb = 0; k < n_tiles; ++k) {
-        const int32_t p0 = lo + k * kTile;
-        rows_seeing(w, R, p0, kTile, ra, rb);
-        if (ra >= rb) continue;
-        tile_rows(kv, false, layer, table, p0, first, last, off, w.zeros.data(), rows);
-        load_k_tile(rows, hd, w.kt.data());
-        score_rows(ScoreJob{w.kt.data(), hd, sh.scale, p0, &w.qh[(int64_t)ra * hd], &w.start[ra], &w.pos[ra],
-                            &w.s[ra * span + k * kTile], span},
-                   rb - ra);
-    }
-    if (sh.softcap > 0.0f) softcap_rows(w.s.data(), R, span, lo, w.start.data(), w.pos.data(), sh.softcap);
-    // Pass 2: softmax of each row over its own tiles.
-    for (int r = 0; r < R; ++r) {
-        const int k0 = (w.start[r] / kTile * kTile - lo) / kTile, k1 = (w.pos[r] - lo) / kTile;
-        softmax_row(&w.s[r * span + k0 * kTile], k1 - k0 + 1);
-    }
-    // Pass 3: probabilities times V.
-    for (int k = 0, ra = 0, rb = 0; k < n_tiles; ++k) {
-        const int32_t p0 = lo + k * kTile;
-        rows_seeing(w, R, p0, kTile, ra, rb);
-        if (ra >= rb) continue;
-        tile_rows(kv, true, layer, table, p0, first, last, off, w.zeros.data(), rows);
-        load_v_tile(rows, hd, w.vt.data());
-        pv_of_tile(w, c, sh, out, k, p0, ra, rb, span, [&](int n, const float* const* p, int ja, int jb,
-                                                            float* const* o) {
-            switch (n) {
-                case 4: pv_rows<4>(w.vt.data(), hd, p, ja, jb, o); break;
-                case 3: pv_rows<3>(w.vt.data(), hd, p, ja, jb, o); break;
-                case 2: pv_rows<2>(w.vt.data(), hd, p, ja, jb, o); break;
-                default: pv_rows<1>(w.vt.data(), hd, p, ja, jb, o); break;
-            }
-        });
-    }
+void attend_chunk_avx2(const KVCache& kv, int layer, const float* q, float* out, const Batch& b,
+                       const Chunk& c, const Shape& sh) {
+    attend_chunk<Avx2>(kv, layer, q, out, b, c, sh);
 }
 
 }  // namespace attn_detail

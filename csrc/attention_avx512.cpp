@@ -1,14 +1,7 @@
-// attention_avx512.cpp — the AVX-512 chunk kernel (see attention.h). Scalar reference:
+// attention_avx512.cpp — the AVX-512 vector code of the chunk kernel (attention_chunk.h has its
+// three passes): a 16-key tile is one register, two tiles are scored per step. Scalar reference:
 // attend_row_scalar and attention_exp in attention.cpp, which do the same float operations in
 // the same order per (token, head) row; tests check the two bit-identical.
-//
-// One chunk = rows (token, query head) of one sequence and one kv head, R = tokens * group.
-// Its keys span tiles of 16 positions aligned to multiples of 16. Three passes over the tiles:
-//   1. K tile -> f32 transposed kt[d][16]; scores of 16 keys are 16 lanes, one sequential FMA
-//      chain over d per lane (broadcast q[d], FMA with kt[d]); keys outside a row's range -> -inf.
-//   2. per row: max, exp, double sum in 16 lanes (lane = key position % 16), probabilities
-//      rounded to F16.
-//   3. V tile -> f32 vt[16][d]; per row, out[d] += p_j * v_j[d] over its keys in order.
 #include "attention.h"
 
 #if LLL_ATTN_AVX512
@@ -70,18 +63,6 @@ void load_v_tile(const fp16_t* const* rows, int hd, float* vt) {
             _mm512_storeu_ps(vt + j * hd + d0, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(rows[j] + d0))));
 }
 
-// Inputs of the score kernel for a run of rows and NT consecutive tiles starting at p0.
-struct ScoreJob {
-    const float* kt;       // [NT][hd][16] transposed K tiles
-    int hd;
-    float scale;
-    int32_t p0;
-    const float* qh;       // [n][hd] first row's query
-    const int32_t* start;  // [n]
-    const int32_t* pos;    // [n]
-    float* s;              // first row's scores at tile p0; row stride `stride`
-    int64_t stride;
-};
 
 // Scores of NR rows x NT tiles: s[i][lane] = scale * (q_i . k_lane), a sequential FMA chain over
 // d per lane; -inf where the key is outside row i's [start, pos]. NR * NT accumulators; each
@@ -196,65 +177,35 @@ void setup_rows(const float* q, float* out, const Batch& b, const Chunk& c, cons
         }
 }
 
+// The vector code of attention_chunk.h's three passes.
+struct Avx512 {
+    static constexpr int kScoreTiles = 2;
+    static void setup_rows(const float* q, float* out, const Batch& b, const Chunk& c, const Shape& sh,
+                           ChunkScratch& w) {
+        lll::attn_detail::setup_rows(q, out, b, c, sh, w);
+    }
+    static void load_k_tile(const fp16_t* const* rows, int hd, float* kt) { lll::attn_detail::load_k_tile(rows, hd, kt); }
+    static void score(const ScoreJob& job, int tiles, int n) {
+        if (tiles == 2) score_rows<2, 8>(job, n);
+        else score_rows<1, 8>(job, n);
+    }
+    static void softmax_row(float* s, int n_tiles) { lll::attn_detail::softmax_row(s, n_tiles); }
+    static void load_v_tile(const fp16_t* const* rows, int hd, float* vt) { lll::attn_detail::load_v_tile(rows, hd, vt); }
+    static void pv(int n, const float* vt, int hd, const float* const* p, int ja, int jb, float* const* o) {
+        switch (n) {
+            case 4: pv_rows<4>(vt, hd, p, ja, jb, o); break;
+            case 3: pv_rows<3>(vt, hd, p, ja, jb, o); break;
+            case 2: pv_rows<2>(vt, hd, p, ja, jb, o); break;
+            default: pv_rows<1>(vt, hd, p, ja, jb, o); break;
+        }
+    }
+};
+
 }  // namespace
 
 void attend_chunk_avx512(const KVCache& kv, int layer, const float* q, float* out, const Batch& b,
                          const Chunk& c, const Shape& sh) {
-    static thread_local ChunkScratch w;
-    const int hd = sh.head_dim, R = (int)(c.t1 - c.t0) * sh.group, off = c.kv_head * hd;
-    const int32_t* table = b.block_tables + (int64_t)b.seq_of_token[c.t0] * b.max_blocks;
-    const int32_t first = first_visible(b.positions[c.t0], sh.window), last = b.positions[c.t1 - 1];
-    const int32_t lo = first / kTile * kTile;                 // tiles aligned to absolute positions
-    const int n_tiles = (last - lo) / kTile + 1;
-    const int64_t span = (int64_t)n_tiles * kTile;
-    grow(w.qh, (size_t)R * hd), grow(w.s, (size_t)R * span), grow(w.kt, (size_t)2 * hd * kTile);
-    grow(w.vt, (size_t)hd * kTile), grow(w.start, R), grow(w.pos, R);
-    if ((int)w.zeros.size() < hd) w.zeros.assign(hd, 0);
-    setup_rows(q, out, b, c, sh, w);
-    const fp16_t* rows[kTile];
-
-    // Pass 1: scores, two tiles at a time. Rows are ordered by position, so the rows seeing a
-    // tile are a range; a pair of tiles is scored for the union of its two ranges (lanes a row
-    // does not see are -inf, and its softmax only reads its own tiles).
-    for (int k = 0, ra = 0, rb = 0; k < n_tiles;) {
-        const int nt = k + 1 < n_tiles ? 2 : 1;
-        const int32_t p0 = lo + k * kTile;
-        rows_seeing(w, R, p0, nt * kTile, ra, rb);
-        if (ra < rb) {
-            for (int t = 0; t < nt; ++t) {
-                tile_rows(kv, false, layer, table, p0 + t * kTile, first, last, off, w.zeros.data(), rows);
-                load_k_tile(rows, hd, &w.kt[(size_t)t * hd * kTile]);
-            }
-            const ScoreJob job{w.kt.data(), hd, sh.scale, p0, &w.qh[(int64_t)ra * hd], &w.start[ra], &w.pos[ra],
-                               &w.s[ra * span + k * kTile], span};
-            if (nt == 2) score_rows<2, 8>(job, rb - ra);
-            else score_rows<1, 8>(job, rb - ra);
-        }
-        k += nt;
-    }
-    if (sh.softcap > 0.0f) softcap_rows(w.s.data(), R, span, lo, w.start.data(), w.pos.data(), sh.softcap);
-    // Pass 2: softmax of each row over its own tiles.
-    for (int r = 0; r < R; ++r) {
-        const int k0 = (w.start[r] / kTile * kTile - lo) / kTile, k1 = (w.pos[r] - lo) / kTile;
-        softmax_row(&w.s[r * span + k0 * kTile], k1 - k0 + 1);
-    }
-    // Pass 3: probabilities times V.
-    for (int k = 0, ra = 0, rb = 0; k < n_tiles; ++k) {
-        const int32_t p0 = lo + k * kTile;
-        rows_seeing(w, R, p0, kTile, ra, rb);
-        if (ra >= rb) continue;
-        tile_rows(kv, true, layer, table, p0, first, last, off, w.zeros.data(), rows);
-        load_v_tile(rows, hd, w.vt.data());
-        pv_of_tile(w, c, sh, out, k, p0, ra, rb, span, [&](int n, const float* const* p, int ja, int jb,
-                                                            float* const* o) {
-            switch (n) {
-                case 4: pv_rows<4>(w.vt.data(), hd, p, ja, jb, o); break;
-                case 3: pv_rows<3>(w.vt.data(), hd, p, ja, jb, o); break;
-                case 2: pv_rows<2>(w.vt.data(), hd, p, ja, jb, o); break;
-                default: pv_rows<1>(w.vt.data(), hd, p, ja, jb, o); break;
-            }
-        });
-    }
+    attend_chunk<Avx512>(kv, layer, q, out, b, c, sh);
 }
 
 }  // namespace attn_detail

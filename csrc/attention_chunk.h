@@ -1,7 +1,13 @@
-// attention_chunk.h — what the SIMD chunk kernels (attention_avx2.cpp, attention_avx512.cpp)
-// share: their scratch, the cache rows of a 16-key tile, which rows see a tile, and the grouping
-// of pass 3 (rows with the same key range in a tile go to the PV kernel together). Only the
-// vector code differs between them.
+// attention_chunk.h — the SIMD chunk kernel's three passes (attend_chunk below), shared by
+// attention_avx2.cpp and attention_avx512.cpp, which supply only their vector code (a struct of
+// static functions, `Vec`). One chunk = rows (token, query head) of one sequence and one kv
+// head, R = tokens * group; its keys span tiles of 16 positions aligned to multiples of 16:
+//   1. K tiles -> f32 transposed kt[d][16]; scores of 16 keys are 16 lanes, one sequential FMA
+//      chain over d per lane; keys outside a row's range -> -inf (then the optional soft-cap).
+//   2. per row: max, exp, double sum in 16 lanes (lane = key position % 16), probabilities
+//      rounded to F16.
+//   3. V tile -> f32 vt[16][d]; per row, out[d] += p_j * v_j[d] over its keys in order.
+// Scalar reference: attend_row_scalar in attention.cpp (the same float operations per row).
 #pragma once
 #include <algorithm>
 #include <vector>
@@ -57,6 +63,19 @@ inline void rows_seeing(const ChunkScratch& w, int R, int32_t p0, int n_keys, in
     while (rb < R && w.start[rb] <= p0 + n_keys - 1) ++rb;
 }
 
+// Inputs of a score kernel for a run of rows and the tiles starting at p0.
+struct ScoreJob {
+    const float* kt;       // [tiles][hd][16] transposed K tiles
+    int hd;
+    float scale;
+    int32_t p0;
+    const float* qh;       // [n][hd] first row's query
+    const int32_t* start;  // [n]
+    const int32_t* pos;    // [n]
+    float* s;              // first row's scores at tile p0; row stride `stride`
+    int64_t stride;
+};
+
 // Pass 3 for tile k (keys p0 ..) and its rows [ra, rb): rows with the same key range in the tile
 // (all but the diagonal ones) go up to 4 at a time to pv(n, p, ja, jb, out), which adds
 // p_r[j] * v_j over the tile's keys ja..jb to each row's output.
@@ -77,6 +96,67 @@ inline void pv_of_tile(const ChunkScratch& w, const Chunk& c, const Shape& sh, f
         }
         pv(n, p, ja, jb, o);
         r += n;
+    }
+}
+
+// One chunk, with the vector code of Vec:
+//   Vec::kScoreTiles                      tiles scored per step of pass 1
+//   Vec::setup_rows(q, out, b, c, sh, w)  F16-rounded queries, visible ranges, outputs zeroed
+//   Vec::load_k_tile(rows, hd, kt)        kt[d][16] = K[j][d]
+//   Vec::score(job, tiles, n)             pass 1 for n rows
+//   Vec::softmax_row(s, n_tiles)          pass 2 for one row
+//   Vec::load_v_tile(rows, hd, vt)        vt[j][d] = V[j][d]
+//   Vec::pv(n, vt, hd, p, ja, jb, out)    pass 3 for n <= 4 rows with the same keys ja..jb
+template <class Vec>
+void attend_chunk(const KVCache& kv, int layer, const float* q, float* out, const Batch& b, const Chunk& c,
+                  const Shape& sh) {
+    static thread_local ChunkScratch w;
+    const int hd = sh.head_dim, R = (int)(c.t1 - c.t0) * sh.group, off = c.kv_head * hd;
+    const int32_t* table = b.block_tables + (int64_t)b.seq_of_token[c.t0] * b.max_blocks;
+    const int32_t first = first_visible(b.positions[c.t0], sh.window), last = b.positions[c.t1 - 1];
+    const int32_t lo = first / kTile * kTile;                 // tiles aligned to absolute positions
+    const int n_tiles = (last - lo) / kTile + 1;
+    const int64_t span = (int64_t)n_tiles * kTile;
+    grow(w.qh, (size_t)R * hd), grow(w.s, (size_t)R * span), grow(w.kt, (size_t)Vec::kScoreTiles * hd * kTile);
+    grow(w.vt, (size_t)hd * kTile), grow(w.start, R), grow(w.pos, R);
+    if ((int)w.zeros.size() < hd) w.zeros.assign(hd, 0);
+    Vec::setup_rows(q, out, b, c, sh, w);
+    const fp16_t* rows[kTile];
+
+    // Pass 1: scores, kScoreTiles tiles at a time, for the union of the rows that see them
+    // (lanes a row does not see are -inf, and its softmax only reads its own tiles).
+    for (int k = 0, ra = 0, rb = 0; k < n_tiles;) {
+        const int nt = std::min(Vec::kScoreTiles, n_tiles - k);
+        const int32_t p0 = lo + k * kTile;
+        rows_seeing(w, R, p0, nt * kTile, ra, rb);
+        if (ra < rb) {
+            for (int t = 0; t < nt; ++t) {
+                tile_rows(kv, false, layer, table, p0 + t * kTile, first, last, off, w.zeros.data(), rows);
+                Vec::load_k_tile(rows, hd, &w.kt[(size_t)t * hd * kTile]);
+            }
+            Vec::score(ScoreJob{w.kt.data(), hd, sh.scale, p0, &w.qh[(int64_t)ra * hd], &w.start[ra], &w.pos[ra],
+                                &w.s[ra * span + k * kTile], span},
+                       nt, rb - ra);
+        }
+        k += nt;
+    }
+    if (sh.softcap > 0.0f) softcap_rows(w.s.data(), R, span, lo, w.start.data(), w.pos.data(), sh.softcap);
+    // Pass 2: softmax of each row over its own tiles.
+    for (int r = 0; r < R; ++r) {
+        const int k0 = (w.start[r] / kTile * kTile - lo) / kTile, k1 = (w.pos[r] - lo) / kTile;
+        Vec::softmax_row(&w.s[r * span + k0 * kTile], k1 - k0 + 1);
+    }
+    // Pass 3: probabilities times V.
+    for (int k = 0, ra = 0, rb = 0; k < n_tiles; ++k) {
+        const int32_t p0 = lo + k * kTile;
+        rows_seeing(w, R, p0, kTile, ra, rb);
+        if (ra >= rb) continue;
+        tile_rows(kv, true, layer, table, p0, first, last, off, w.zeros.data(), rows);
+        Vec::load_v_tile(rows, hd, w.vt.data());
+        pv_of_tile(w, c, sh, out, k, p0, ra, rb, span,
+                   [&](int n, const float* const* p, int ja, int jb, float* const* o) {
+                       Vec::pv(n, w.vt.data(), hd, p, ja, jb, o);
+                   });
     }
 }
 
