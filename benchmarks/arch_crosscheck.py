@@ -7,7 +7,9 @@ llama-cpp-python source release the benchmarks build) and by `localllm convert`.
 * the two files: the same tensor names, shapes and types; the metadata keys that differ;
 * logits on the same 192 tokens (3x past the checkpoints' original context) against
   transformers fp32, per position: localllm on llama.cpp's file and on its own, llama.cpp on
-  both; and localllm against llama.cpp on the same file.
+  both; and localllm against llama.cpp on the same file;
+* greedy continuations (32 tokens after three 96-token prompts) of localllm and llama.cpp on
+  localllm's file, token for token.
 
     python benchmarks/arch_crosscheck.py [--variants llama3 linear ...] [--json OUT]
 
@@ -42,6 +44,49 @@ llm = Llama(path, n_ctx=len(ids) + 8, n_batch=len(ids) + 8, n_ubatch=len(ids) + 
 llm.eval(ids)
 np.save(out, np.asarray(llm.scores[:len(ids)], np.float32))
 """
+
+
+_LLAMACPP_GREEDY = r"""
+import json, sys
+from llama_cpp import Llama
+path, prompts, n = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
+llm = Llama(path, n_ctx=max(len(p) for p in prompts) + n + 8, n_threads=2, flash_attn=False, verbose=False)
+outs = []
+for ids in prompts:
+    llm.reset()
+    out = []
+    for tok in llm.generate(ids, temp=0.0, top_k=1, repeat_penalty=1.0):
+        out.append(int(tok))
+        if len(out) >= n:
+            break
+    outs.append(out)
+print(json.dumps(outs))
+"""
+GREEDY_PROMPTS, GREEDY_TOKENS = 3, 32
+
+
+def llamacpp_greedy(path: Path, prompts: list[list[int]], n: int) -> list[list[int]]:
+    proc = subprocess.run([str(common.llamacpp_python()), "-c", _LLAMACPP_GREEDY, str(path), json.dumps(prompts),
+                           str(n)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"llama.cpp failed on {path.name}:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def greedy_match(ours: Path, path_for_llamacpp: Path) -> dict:
+    """Greedy continuations (32 tokens after 96-token random prompts, i.e. past the scaled
+    checkpoints' original context) of localllm on its file and llama.cpp on the given file."""
+    from localllm import LLM
+    rng = np.random.default_rng(3)
+    prompts = [[int(i) for i in rng.integers(100, 40000, 96)] for _ in range(GREEDY_PROMPTS)]
+    llm = LLM(str(ours), n_ctx=96 + GREEDY_TOKENS + 8, seed=0)
+    mine = [llm.generate(p, max_tokens=GREEDY_TOKENS, temperature=0.0, ignore_eos=True).token_ids
+            for p in prompts]
+    theirs = llamacpp_greedy(path_for_llamacpp, prompts, GREEDY_TOKENS)
+    return {"identical": sum(a == b[:len(a)] and len(a) == len(b) for a, b in zip(mine, theirs)),
+            "of": len(prompts),
+            "first_divergence": [next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
+                                 for a, b in zip(mine, theirs)]}
 
 
 def llamacpp_source() -> Path:
@@ -133,6 +178,7 @@ def check_variant(name: str, tmp: Path) -> dict:
     result["max_rel_err_vs_transformers"] = {k: max_row_err(v, ref) for k, v in logits.items()}
     result["top1_vs_transformers"] = {k: float((v.argmax(-1) == ref.argmax(-1)).mean()) for k, v in logits.items()}
     if "llama.cpp on localllm's file" in logits:
+        result["greedy_localllm_vs_llamacpp_on_localllms_file"] = greedy_match(ours, ours)
         result["localllm_vs_llamacpp_on_localllms_file"] = max_row_err(logits["localllm on its file"],
                                                                        logits["llama.cpp on localllm's file"])
     return result
