@@ -194,13 +194,9 @@ struct Avx2 {
     }
     static void softmax_row(float* s, int n_tiles) { lll::attn_detail::softmax_row(s, n_tiles); }
     static void load_v_tile(const fp16_t* const* rows, int hd, float* vt) { lll::attn_detail::load_v_tile(rows, hd, vt); }
-    static void pv(int n, const float* vt, int hd, const float* const* p, int ja, int jb, float* const* o) {
-        switch (n) {
-            case 4: pv_rows<4>(vt, hd, p, ja, jb, o); break;
-            case 3: pv_rows<3>(vt, hd, p, ja, jb, o); break;
-            case 2: pv_rows<2>(vt, hd, p, ja, jb, o); break;
-            default: pv_rows<1>(vt, hd, p, ja, jb, o); break;
-        }
+    template <int NR>
+    static void pv(const float* vt, int hd, const float* const* p, int ja, int jb, float* const* o) {
+        pv_rows<NR>(vt, hd, p, ja, jb, o);
     }
 };
 

@@ -106,7 +106,7 @@ inline void pv_of_tile(const ChunkScratch& w, const Chunk& c, const Shape& sh, f
 //   Vec::score(job, tiles, n)             pass 1 for n rows
 //   Vec::softmax_row(s, n_tiles)          pass 2 for one row
 //   Vec::load_v_tile(rows, hd, vt)        vt[j][d] = V[j][d]
-//   Vec::pv(n, vt, hd, p, ja, jb, out)    pass 3 for n <= 4 rows with the same keys ja..jb
+//   Vec::pv<NR>(vt, hd, p, ja, jb, out)   pass 3 for NR <= 4 rows with the same keys ja..jb
 template <class Vec>
 void attend_chunk(const KVCache& kv, int layer, const float* q, float* out, const Batch& b, const Chunk& c,
                   const Shape& sh) {
@@ -155,7 +155,12 @@ void attend_chunk(const KVCache& kv, int layer, const float* q, float* out, cons
         Vec::load_v_tile(rows, hd, w.vt.data());
         pv_of_tile(w, c, sh, out, k, p0, ra, rb, span,
                    [&](int n, const float* const* p, int ja, int jb, float* const* o) {
-                       Vec::pv(n, w.vt.data(), hd, p, ja, jb, o);
+                       switch (n) {   // unrolled per row count, so the accumulators stay in registers
+                           case 4: Vec::template pv<4>(w.vt.data(), hd, p, ja, jb, o); break;
+                           case 3: Vec::template pv<3>(w.vt.data(), hd, p, ja, jb, o); break;
+                           case 2: Vec::template pv<2>(w.vt.data(), hd, p, ja, jb, o); break;
+                           default: Vec::template pv<1>(w.vt.data(), hd, p, ja, jb, o); break;
+                       }
                    });
     }
 }

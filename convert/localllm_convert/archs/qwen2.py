@@ -2,8 +2,6 @@
 rotary layout is kept (llama.cpp's qwen2 graph uses NEOX-style rotation), so no permutation."""
 from __future__ import annotations
 
-import gguf
-
 from .base import ArchConverter, register, write_yarn
 
 __all__ = ["Qwen2Converter"]
