@@ -12,9 +12,6 @@
 #include <vector>
 #include "fp16.h"
 #include "quants.h"
-#if defined(__F16C__) && defined(__AVX__)
-#include <immintrin.h>
-#endif
 
 namespace lll {
 
@@ -28,13 +25,7 @@ void kv_write(KVCache& kv, int layer, const float* k, const float* v, const Batc
     for (int64_t t = 0; t < b.n_tokens; ++t) {
         const int32_t pos = b.positions[t];
         const int32_t* table = b.block_tables + (int64_t)b.seq_of_token[t] * b.max_blocks;
-        const int64_t block = table[pos / bs];
-        fp16_t* kd = kv.k_slot(layer, block, pos % bs);
-        fp16_t* vd = kv.v_slot(layer, block, pos % bs);
-        for (int64_t i = 0; i < w; ++i) {
-            kd[i] = f32_to_fp16(k[t * w + i]);
-            vd[i] = f32_to_fp16(v[t * w + i]);
-        }
+        kv.write(layer, table[pos / bs], pos % bs, k + t * w, v + t * w);
     }
 }
 
@@ -66,15 +57,6 @@ struct ScalarScratch {
     std::vector<float> qh, p, kf, vf;   // [hd], [keys], [16][hd], [hd]
 };
 
-// F16 -> f32 of n values. Exact either way; F16C only makes it faster where it exists.
-void f16_to_f32_row(const fp16_t* x, float* y, int n) {
-    int i = 0;
-#if defined(__F16C__) && defined(__AVX__)
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(x + i))));
-#endif
-    for (; i < n; ++i) y[i] = fp16_to_f32(x[i]);
-}
-
 // Scores of keys [start, pos] (one sequential FMA chain over d each, times scale) into p[0..n).
 // Keys go 16 at a time so that the 16 independent chains overlap (same operations per key).
 void scores_scalar(const KVCache& kv, int layer, const int32_t* table, int32_t start, int32_t pos,
@@ -84,7 +66,7 @@ void scores_scalar(const KVCache& kv, int layer, const int32_t* table, int32_t s
         const int nk = std::min<int32_t>(kTile, pos - p0 + 1);
         for (int j = 0; j < kTile; ++j) {   // keys past pos: zero rows, their scores are dropped
             const int32_t p = p0 + j;
-            if (j < nk) f16_to_f32_row(kv.k_slot(layer, table[p / bs], p % bs) + kv_off, &s.kf[(size_t)j * hd], hd);
+            if (j < nk) kv.read(false, layer, table[p / bs], p % bs, kv_off, hd, &s.kf[(size_t)j * hd]);
             else std::fill(&s.kf[(size_t)j * hd], &s.kf[(size_t)(j + 1) * hd], 0.0f);
         }
         float acc[kTile] = {};
@@ -117,7 +99,7 @@ void attend_row_scalar(const KVCache& kv, int layer, const float* q, float* out,
     for (int d = 0; d < hd; ++d) out[d] = 0.0f;
     for (int32_t j = 0; j < n; ++j) {
         const int32_t p = start + j;
-        f16_to_f32_row(kv.v_slot(layer, table[p / bs], p % bs) + kv_off, s.vf.data(), hd);
+        kv.read(true, layer, table[p / bs], p % bs, kv_off, hd, s.vf.data());
         const float pj = s.p[j];
         for (int d = 0; d < hd; ++d) out[d] = std::fma(pj, s.vf[d], out[d]);
     }
@@ -146,6 +128,7 @@ void validate(const KVCache& kv, const Batch& b, const Shape& sh) {
         bad("n_head_kv * head_dim = " + std::to_string((int64_t)sh.n_head_kv * sh.head_dim) +
             " does not match the cache's kv_width " + std::to_string(kv.kv_width()));
     if (sh.window < 0) bad("window must be >= 0, got " + std::to_string(sh.window));
+    check_kv_types(kv.types(), sh.head_dim);
     const int bs = kv.block_size();
     int64_t run_start = 0;
     for (int64_t t = 0; t < b.n_tokens; ++t) {
@@ -214,6 +197,14 @@ void attention(ThreadPool& pool, const KVCache& kv, int layer, const float* q, f
     else if ((kernel == AttnKernel::Auto || kernel == AttnKernel::AVX2) && attention_avx2_available() &&
              head_dim % 8 == 0)
         use = AttnKernel::AVX2;
+    // A rotated (quantized) cache: queries rotated as the keys were, outputs rotated back (kv_cache.h).
+    static thread_local std::vector<float> q_rotated;
+    const int64_t q_len = b.n_tokens * (int64_t)n_head * head_dim;
+    if (kv.rot_k()) {
+        q_rotated.assign(q, q + q_len);
+        hadamard_rotate(q_rotated.data(), q_len, kv.rot_k());
+        q = q_rotated.data();
+    }
     static thread_local std::vector<Chunk> chunks;   // the caller's; workers only read it
     make_chunks(b, sh, chunks);
     const Chunk* list = chunks.data();
@@ -237,6 +228,7 @@ void attention(ThreadPool& pool, const KVCache& kv, int layer, const float* q, f
             attend_chunk_scalar(kv, layer, q, out, b, list[i], sh);
         }
     });
+    if (kv.rot_v()) hadamard_rotate(out, q_len, kv.rot_v());
 }
 
 }  // namespace lll

@@ -7,6 +7,8 @@
 //   2. per row: max, exp, double sum in 16 lanes (lane = key position % 16), probabilities
 //      rounded to F16.
 //   3. V tile -> f32 vt[16][d]; per row, out[d] += p_j * v_j[d] over its keys in order.
+// A quantized cache (Q8_0 / Q4_0 K or V) has its tiles dequantized to f32 by the cache instead
+// of converted from F16 by Vec: the same exact values reach the same float operations.
 // Scalar reference: attend_row_scalar in attention.cpp (the same float operations per row).
 #pragma once
 #include <algorithm>
@@ -25,6 +27,7 @@ struct ChunkScratch {
     std::vector<float> vt;               // [16][hd]  V tile, f32
     std::vector<int32_t> start, pos;     // [R]       visible key range of each row
     std::vector<fp16_t> zeros;           // [hd]      stands in for keys outside the chunk's range
+    std::vector<float> deq;              // [16][hd]  a quantized cache's tile, dequantized
 };
 
 template <typename T>
@@ -54,6 +57,46 @@ inline void tile_rows(const KVCache& kv, bool values, int layer, const int32_t* 
         const int32_t blk = table[p / bs];
         rows[j] = (values ? kv.v_slot(layer, blk, p % bs) : kv.k_slot(layer, blk, p % bs)) + off;
     }
+}
+
+// The 16 rows of a tile of a quantized K or V (see tile_rows) dequantized into dst[16][hd],
+// zeros outside [valid_lo, valid_hi].
+inline void tile_dequant(const KVCache& kv, bool values, int layer, const int32_t* table, int32_t p0,
+                         int32_t valid_lo, int32_t valid_hi, int off, int hd, float* dst) {
+    const int bs = kv.block_size();
+    for (int j = 0; j < kTile; ++j) {
+        const int32_t p = p0 + j;
+        if (p < valid_lo || p > valid_hi) std::fill(dst + (size_t)j * hd, dst + (size_t)(j + 1) * hd, 0.0f);
+        else kv.read(values, layer, table[p / bs], p % bs, off, hd, dst + (size_t)j * hd);
+    }
+}
+
+// K tile t of pass 1 into kt[d][16]: converted by Vec from F16, or dequantized and transposed.
+template <class Vec>
+inline void load_k(const KVCache& kv, int layer, const int32_t* table, int32_t p0, int32_t first, int32_t last,
+                   int off, int hd, ChunkScratch& w, float* kt) {
+    if (kv.types().k == GGMLType::F16) {
+        const fp16_t* rows[kTile];
+        tile_rows(kv, false, layer, table, p0, first, last, off, w.zeros.data(), rows);
+        Vec::load_k_tile(rows, hd, kt);
+        return;
+    }
+    tile_dequant(kv, false, layer, table, p0, first, last, off, hd, w.deq.data());
+    for (int j = 0; j < kTile; ++j)
+        for (int d = 0; d < hd; ++d) kt[(size_t)d * kTile + j] = w.deq[(size_t)j * hd + d];
+}
+
+// V tile of pass 3 into vt[16][d].
+template <class Vec>
+inline void load_v(const KVCache& kv, int layer, const int32_t* table, int32_t p0, int32_t first, int32_t last,
+                   int off, int hd, ChunkScratch& w) {
+    if (kv.types().v == GGMLType::F16) {
+        const fp16_t* rows[kTile];
+        tile_rows(kv, true, layer, table, p0, first, last, off, w.zeros.data(), rows);
+        Vec::load_v_tile(rows, hd, w.vt.data());
+        return;
+    }
+    tile_dequant(kv, true, layer, table, p0, first, last, off, hd, w.vt.data());
 }
 
 // Advances [ra, rb) to the rows that see keys p0 .. p0 + n_keys - 1 (rows are ordered by
@@ -120,8 +163,8 @@ void attend_chunk(const KVCache& kv, int layer, const float* q, float* out, cons
     grow(w.qh, (size_t)R * hd), grow(w.s, (size_t)R * span), grow(w.kt, (size_t)Vec::kScoreTiles * hd * kTile);
     grow(w.vt, (size_t)hd * kTile), grow(w.start, R), grow(w.pos, R);
     if ((int)w.zeros.size() < hd) w.zeros.assign(hd, 0);
+    if (!kv.is_f16()) grow(w.deq, (size_t)kTile * hd);
     Vec::setup_rows(q, out, b, c, sh, w);
-    const fp16_t* rows[kTile];
 
     // Pass 1: scores, kScoreTiles tiles at a time, for the union of the rows that see them
     // (lanes a row does not see are -inf, and its softmax only reads its own tiles).
@@ -130,10 +173,8 @@ void attend_chunk(const KVCache& kv, int layer, const float* q, float* out, cons
         const int32_t p0 = lo + k * kTile;
         rows_seeing(w, R, p0, nt * kTile, ra, rb);
         if (ra < rb) {
-            for (int t = 0; t < nt; ++t) {
-                tile_rows(kv, false, layer, table, p0 + t * kTile, first, last, off, w.zeros.data(), rows);
-                Vec::load_k_tile(rows, hd, &w.kt[(size_t)t * hd * kTile]);
-            }
+            for (int t = 0; t < nt; ++t)
+                load_k<Vec>(kv, layer, table, p0 + t * kTile, first, last, off, hd, w, &w.kt[(size_t)t * hd * kTile]);
             Vec::score(ScoreJob{w.kt.data(), hd, sh.scale, p0, &w.qh[(int64_t)ra * hd], &w.start[ra], &w.pos[ra],
                                 &w.s[ra * span + k * kTile], span},
                        nt, rb - ra);
@@ -151,8 +192,7 @@ void attend_chunk(const KVCache& kv, int layer, const float* q, float* out, cons
         const int32_t p0 = lo + k * kTile;
         rows_seeing(w, R, p0, kTile, ra, rb);
         if (ra >= rb) continue;
-        tile_rows(kv, true, layer, table, p0, first, last, off, w.zeros.data(), rows);
-        Vec::load_v_tile(rows, hd, w.vt.data());
+        load_v<Vec>(kv, layer, table, p0, first, last, off, hd, w);
         pv_of_tile(w, c, sh, out, k, p0, ra, rb, span,
                    [&](int n, const float* const* p, int ja, int jb, float* const* o) {
                        switch (n) {   // unrolled per row count, so the accumulators stay in registers

@@ -226,6 +226,10 @@ void attention_ggml(ThreadPool& pool, const KVCache& kv, int layer, const float*
                     int n_head, int n_head_kv, int head_dim, float scale, int window, float softcap,
                     bool reference) {
     check_attention_call(kv, b, n_head, n_head_kv, head_dim, window);   // every index below relies on it
+    if (!kv.is_f16())
+        throw std::invalid_argument("attention: llama.cpp numerics read an f16 KV cache only (this one is " +
+                                    std::string(cache_type_name(kv.types().k)) + "/" +
+                                    cache_type_name(kv.types().v) + ")");
     const int64_t rows = b.n_tokens * n_head;
     const int group = n_head / n_head_kv;
     const Call call{kv, layer, b, head_dim, scale, window, b.n_tokens >= 2, softcap};

@@ -359,7 +359,8 @@ py::array_t<float> attention_test_py(const F32Array& q, const F32Array& k, const
                                      const I32Array& positions, const I32Array& seq_of_token,
                                      const I32Array& block_tables, int64_t n_blocks, int block_size,
                                      const I32Array& query_rows, float scale, int window, int kernel,
-                                     int n_threads, const std::string& numerics, float softcap) {
+                                     int n_threads, const std::string& numerics, float softcap,
+                                     const std::string& cache_type_k, const std::string& cache_type_v) {
     if (numerics != "fast" && numerics != "llama.cpp")
         throw std::invalid_argument("attention_test: numerics must be 'fast' or 'llama.cpp'");
     if (q.ndim() != 3 || k.ndim() != 3 || v.ndim() != 3)
@@ -375,7 +376,8 @@ py::array_t<float> attention_test_py(const F32Array& q, const F32Array& k, const
     SharedPool& sp = shared_pool(n_threads);
     const lll::BackendConfig cfg{nullptr, &sp.pool, lll::best_isa(), lll::Numerics::Fast};
     const std::unique_ptr<lll::Backend> host = lll::make_backend(lll::Placement::CPU, cfg);   // KV memory only
-    lll::KVCache kv({host.get()}, n_blocks, block_size, n_head_kv * hd);
+    const lll::KVTypes types{lll::parse_cache_type(cache_type_k), lll::parse_cache_type(cache_type_v)};
+    lll::KVCache kv({host.get()}, n_blocks, block_size, (int)n_head_kv, (int)hd, types);
     for (int64_t t = 0; t < T; ++t) {   // kv_write trusts its batch: check what it will index
         const int32_t s = seq_of_token.at(t), p = positions.at(t);
         if (s < 0 || s >= n_seqs || p < 0 || p / block_size >= max_blocks)
@@ -467,7 +469,9 @@ void register_kernels(py::module_& m) {
           py::arg("seq_of_token"), py::arg("block_tables"), py::arg("n_blocks"), py::arg("block_size"),
           py::arg("query_rows"), py::arg("scale"), py::arg("window") = 0, py::arg("kernel") = -1,
           py::arg("n_threads") = 2, py::arg("numerics") = "fast", py::arg("softcap") = 0.0f,
-          "Test harness: writes K/V of all tokens to a fresh paged cache, runs attention for query_rows; "
+          py::arg("cache_type_k") = "f16", py::arg("cache_type_v") = "f16",
+          "Test harness: writes K/V of all tokens to a fresh paged cache (of types cache_type_k / "
+          "cache_type_v: f16, q8_0, q4_0), runs attention for query_rows; "
           "kernel -1 auto, 0 scalar, 1 avx2, 2 avx512; softcap > 0 soft-caps the scores; numerics 'fast' or 'llama.cpp' (whose kernel order "
           "depends on len(query_rows): one row or more). Returns [len(query_rows), n_head, head_dim].");
     m.def("attention_avx512_available", &lll::attention_avx512_available,

@@ -142,14 +142,17 @@ public:
         describe_model(*file_, hp_, w_);
     }
     int n_layer() const { return hp_.n_layer; }
-    py::dict bytes(int n_gpu_layers, int64_t kv_blocks, int kv_block_size, int64_t n_batch) {
+    py::dict bytes(int n_gpu_layers, int64_t kv_blocks, int kv_block_size, int64_t n_batch,
+                   const std::string& cache_type_k, const std::string& cache_type_v) {
         if (kv_blocks < 1 || kv_block_size < 1 || n_batch < 1)
             throw std::invalid_argument("kv_blocks, kv_block_size and n_batch must be >= 1");
+        const KVTypes types{parse_cache_type(cache_type_k), parse_cache_type(cache_type_v)};
+        check_kv_types(types, hp_.head_dim);
         const LayerPlacement lp = place_layers(hp_.n_layer, n_gpu_layers);
         py::dict d;
         for (Placement p : {Placement::CPU, Placement::CUDA}) {
             if (p == Placement::CUDA && n_gpu_layers == 0) continue;
-            const DeviceBytes b = device_bytes(p, hp_, weights_on(w_, lp, p), kv_blocks, kv_block_size, n_batch,
+            const DeviceBytes b = device_bytes(p, hp_, weights_on(w_, lp, p), kv_blocks, kv_block_size, types, n_batch,
                                                isa_, numerics_);
             py::dict kinds;
             kinds["weights"] = b.weights;
@@ -174,21 +177,26 @@ void register_model(py::module_& m) {
              }), py::arg("path"), py::arg("numerics") = "fast")
         .def_property_readonly("n_layer", &Footprint::n_layer)
         .def("bytes", &Footprint::bytes, py::arg("n_gpu_layers"), py::arg("kv_blocks"), py::arg("kv_block_size"),
-             py::arg("n_batch"),
+             py::arg("n_batch"), py::arg("cache_type_k") = "f16", py::arg("cache_type_v") = "f16",
              "{device: {'weights', 'kv', 'scratch'}} for the last n_gpu_layers layers (and the output head) on "
              "the GPU, a pool of kv_blocks blocks and batches of up to n_batch tokens.");
     m.def("backend_compiled", [](const std::string& device) { return backend_compiled(parse_device(device)); },
           py::arg("device"), "Whether this build has the backend of a device ('CPU' or 'CUDA').");
     py::class_<Model>(m, "Model", "A loaded model: weights mapped from GGUF, a paged KV cache, a thread pool.")
         .def(py::init([](const std::string& path, int n_threads, int64_t kv_blocks, int kv_block_size,
-                         const std::string& numerics, int n_gpu_layers) {
+                         const std::string& numerics, int n_gpu_layers, const std::string& cache_type_k,
+                         const std::string& cache_type_v) {
                  const Numerics n = parse_numerics(numerics);
+                 const KVTypes types{parse_cache_type(cache_type_k), parse_cache_type(cache_type_v)};
                  py::gil_scoped_release release;
-                 return new Model(path, n_threads, kv_blocks, kv_block_size, n, n_gpu_layers);
+                 return new Model(path, n_threads, kv_blocks, kv_block_size, n, n_gpu_layers, types);
              }),
              py::arg("path"), py::arg("n_threads"), py::arg("kv_blocks"), py::arg("kv_block_size") = 16,
-             py::arg("numerics") = "fast", py::arg("n_gpu_layers") = 0,
-             "n_gpu_layers: the last n layers and the output head on the GPU (a build with a CUDA backend).")
+             py::arg("numerics") = "fast", py::arg("n_gpu_layers") = 0, py::arg("cache_type_k") = "f16",
+             py::arg("cache_type_v") = "f16",
+             "n_gpu_layers: the last n layers and the output head on the GPU (a build with a CUDA backend). "
+             "cache_type_k / cache_type_v: the KV cache's storage types, f16 (default), q8_0 or q4_0 "
+             "(llama.cpp's --cache-type-k/-v; quantized types on the CPU with the fast numerics).")
         .def_property_readonly("numerics", [](const Model& self) {
             return std::string(self.numerics() == Numerics::Fast ? "fast" : "llama.cpp");
         })
@@ -196,6 +204,8 @@ void register_model(py::module_& m) {
         .def_property_readonly("kv_blocks", [](Model& self) { return self.kv().n_blocks(); })
         .def_property_readonly("kv_block_size", [](Model& self) { return self.kv().block_size(); })
         .def_property_readonly("kv_bytes", [](Model& self) { return self.kv().bytes(); })
+        .def_property_readonly("cache_type_k", [](Model& self) { return std::string(cache_type_name(self.kv().types().k)); })
+        .def_property_readonly("cache_type_v", [](Model& self) { return std::string(cache_type_name(self.kv().types().v)); })
         .def_property_readonly("isa", [](const Model& self) { return isa_name(self.isa()); })
         .def("forward", &forward, py::arg("tokens"), py::arg("positions"), py::arg("seq_of_token"),
              py::arg("block_tables"), py::arg("output_rows"), py::arg("out") = py::none(),

@@ -62,11 +62,12 @@ size_t act_scratch_floats(const HParams& hp, int64_t T) {
 }
 
 DeviceBytes device_bytes(Placement p, const HParams& hp, const PlacedWeights& pw, int64_t kv_blocks,
-                         int kv_block_size, int64_t T, Isa isa, Numerics numerics) {
+                         int kv_block_size, const KVTypes& kv_types, int64_t T, Isa isa, Numerics numerics) {
     const std::vector<const WeightRef*> mats(pw.matrices.begin(), pw.matrices.end());
     const std::vector<const WeightRef*> vecs(pw.vectors.begin(), pw.vectors.end());
     DeviceBytes d;
-    d.kv = (size_t)pw.n_layers * KVCache::layer_bytes(kv_blocks, kv_block_size, (int64_t)hp.n_head_kv * hp.head_dim);
+    d.kv = (size_t)pw.n_layers * KVCache::layer_bytes(kv_blocks, kv_block_size, (int64_t)hp.n_head_kv * hp.head_dim,
+                                                          kv_types);
     if (p == Placement::CPU) {
         d.weights = cpu_repack_layout(mats, isa, numerics, nullptr);
         if (d.weights > 0) d.weights += cpu_vector_copy_bytes(vecs);

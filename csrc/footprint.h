@@ -37,10 +37,11 @@ struct DeviceBytes {
     size_t weights = 0, kv = 0, scratch = 0;
 };
 struct PlacedWeights;
+struct KVTypes;
 // What the backend at `p` allocates for these weights (n_layers of them), a KV pool of
-// kv_blocks blocks of kv_block_size slots, and batches of up to T tokens.
+// kv_blocks blocks of kv_block_size slots of these types, and batches of up to T tokens.
 DeviceBytes device_bytes(Placement p, const HParams& hp, const PlacedWeights& pw, int64_t kv_blocks,
-                         int kv_block_size, int64_t T, Isa isa, Numerics numerics);
+                         int kv_block_size, const KVTypes& kv_types, int64_t T, Isa isa, Numerics numerics);
 
 // ---- CUDA ----
 // The rule a CUDA backend allocates by: every weight in its GGUF bytes (no repacking), each

@@ -1,14 +1,18 @@
 // kv_cache.h — paged KV storage: fixed-size blocks of token slots, addressed through block tables.
 //
 // Storage only: which block belongs to which sequence (allocation, sharing, prefix reuse) is the
-// block manager's business (python/localllm/kv_blocks.py). Keys and values are kept in F16, as
-// llama.cpp's default cache is, so attention sees the same rounded values. Each layer's blocks
-// live on that layer's backend (allocated through it); block ids mean the same in every layer,
-// so one block table serves all backends.
+// block manager's business (python/localllm/kv_blocks.py). Keys and values are kept in F16 by
+// default, as llama.cpp's default cache is, so attention sees the same rounded values; either
+// can be stored in Q8_0 or Q4_0 instead (llama.cpp's --cache-type-k / --cache-type-v), each
+// slot's row quantized in blocks of 32 as ggml's CPU backend quantizes a cache row, after the
+// Walsh-Hadamard rotation llama.cpp applies to a quantized cache's rows (see rot_k). Each layer's
+// blocks live on that layer's backend (allocated through it); block ids mean the same in every
+// layer, so one block table serves all backends.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
 #include <memory>
+#include <string>
 #include <vector>
 #include "backend.h"
 #include "blocks.h"
@@ -16,38 +20,79 @@
 
 namespace lll {
 
+// The storage types of the cached keys and values.
+struct KVTypes {
+    GGMLType k = GGMLType::F16, v = GGMLType::F16;
+};
+// llama.cpp's cache type names, any case: "f16", "q8_0", "q4_0"; invalid_argument otherwise.
+GGMLType parse_cache_type(const std::string& name);
+const char* cache_type_name(GGMLType type);   // "f16", "q8_0", "q4_0"
+// Throws invalid_argument naming the problem when a cache of these types cannot hold heads of
+// head_dim values: a quantized type needs head_dim to be a multiple of its 32-value block (a
+// head's keys are dequantized on their own).
+void check_kv_types(KVTypes types, int head_dim);
+
+// x[len] -> H x in place, chunk by chunk, H the orthonormal n x n Walsh-Hadamard matrix in
+// Sylvester order (symmetric, H H = I); n a power of two dividing len.
+void hadamard_rotate(float* x, int64_t len, int n);
+
 class KVCache {
 public:
     // n_blocks blocks of block_size token slots, each slot holding kv_width = n_head_kv*head_dim
     // values of K and of V, for each layer; layer l's storage is allocated by layer_backends[l].
-    KVCache(const std::vector<Backend*>& layer_backends, int64_t n_blocks, int block_size, int64_t kv_width);
+    KVCache(const std::vector<Backend*>& layer_backends, int64_t n_blocks, int block_size, int n_head_kv,
+            int head_dim, KVTypes types = {});
 
     int64_t n_blocks() const { return n_blocks_; }
     int block_size() const { return block_size_; }
     int64_t kv_width() const { return kv_width_; }
+    KVTypes types() const { return types_; }
+    // A quantized cache stores keys and values rotated, as llama.cpp does (its attn_rot_k/_v;
+    // LLAMA_ATTN_ROT_DISABLE off): an orthonormal rotation spreads a head's outlier channels over
+    // the block, so the block's scale loses less. Keys: each head by the largest power-of-two
+    // Hadamard (>= 64) dividing head_dim; queries get the same rotation, so q.k is unchanged.
+    // Values: each 64-value chunk; the attention output is rotated back. 0 = not rotated (an f16
+    // side, or head_dim not a multiple of 64).
+    int rot_k() const { return rot_k_; }
+    int rot_v() const { return rot_v_; }
+    bool is_f16() const { return types_.k == GGMLType::F16 && types_.v == GGMLType::F16; }
     size_t bytes() const;                       // all layers, K and V
     // Bytes one layer's K and V take: the one formula the allocator and the planner share.
-    static size_t layer_bytes(int64_t n_blocks, int block_size, int64_t kv_width);
+    static size_t layer_bytes(int64_t n_blocks, int block_size, int64_t kv_width, KVTypes types = {});
     Placement placement(int layer) const { return backends_[layer]->placement(); }
 
     // Slot of (physical block, offset) in a layer: kv_width contiguous F16 values, in the
-    // memory of the layer's backend.
-    fp16_t* k_slot(int layer, int64_t block, int off) { return k_[layer] + index(block, off); }
-    fp16_t* v_slot(int layer, int64_t block, int off) { return v_[layer] + index(block, off); }
-    const fp16_t* k_slot(int layer, int64_t block, int off) const { return k_[layer] + index(block, off); }
-    const fp16_t* v_slot(int layer, int64_t block, int off) const { return v_[layer] + index(block, off); }
+    // memory of the layer's backend. Only for an F16 cache (the kernels that read F16 in place).
+    fp16_t* k_slot(int layer, int64_t block, int off) { return (fp16_t*)k_bytes(layer, block, off); }
+    fp16_t* v_slot(int layer, int64_t block, int off) { return (fp16_t*)v_bytes(layer, block, off); }
+    const fp16_t* k_slot(int layer, int64_t block, int off) const { return (const fp16_t*)k_bytes(layer, block, off); }
+    const fp16_t* v_slot(int layer, int64_t block, int off) const { return (const fp16_t*)v_bytes(layer, block, off); }
+
+    // Host caches of any type: stores one token's k and v rows (kv_width floats each) in a slot,
+    // rotated (rot_k, rot_v) and rounded or quantized to the cache's types ...
+    void write(int layer, int64_t block, int off, const float* k, const float* v);
+    // ... and reads n values from column col of a slot's K (values false) or V row as f32:
+    // exactly the stored (rotated) values (col and n multiples of the type's block).
+    void read(bool values, int layer, int64_t block, int off, int64_t col, int n, float* dst) const;
 
     // Copies every layer's slots of block `src` to block `dst` (copy-on-write), each on its backend.
     void copy_block(int64_t src, int64_t dst);
 
 private:
-    size_t index(int64_t block, int off) const { return ((size_t)block * block_size_ + off) * kv_width_; }
+    const uint8_t* k_bytes(int layer, int64_t block, int off) const { return k_[layer] + slot(block, off) * k_row_; }
+    const uint8_t* v_bytes(int layer, int64_t block, int off) const { return v_[layer] + slot(block, off) * v_row_; }
+    uint8_t* k_bytes(int layer, int64_t block, int off) { return k_[layer] + slot(block, off) * k_row_; }
+    uint8_t* v_bytes(int layer, int64_t block, int off) { return v_[layer] + slot(block, off) * v_row_; }
+    size_t slot(int64_t block, int off) const { return (size_t)block * block_size_ + off; }
     std::vector<Backend*> backends_;              // per layer
     int64_t n_blocks_;
     int block_size_;
     int64_t kv_width_;
-    std::vector<std::unique_ptr<Buffer>> storage_;  // per layer: K [n_blocks][block_size][kv_width], then V
-    std::vector<fp16_t*> k_, v_;                    // per layer, into storage_
+    KVTypes types_;
+    int rot_k_ = 0, rot_v_ = 0;
+    size_t k_row_, v_row_;                          // bytes of one slot's K row and V row
+    std::vector<std::unique_ptr<Buffer>> storage_;  // per layer: K [n_blocks][block_size][k_row_], then V
+    std::vector<uint8_t*> k_, v_;                   // per layer, into storage_
 };
 
 }  // namespace lll

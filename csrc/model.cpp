@@ -25,11 +25,19 @@ const ArchSpec* describe_model(const GGUFFile& f, HParams& hp, ModelWeights& w) 
 }
 
 Model::Model(const std::string& path, int n_threads, int64_t kv_blocks, int kv_block_size, Numerics numerics,
-             int n_gpu_layers)
+             int n_gpu_layers, KVTypes kv_types)
     : path_(path), numerics_(numerics) {
     file_ = GGUFFile::open(path);
     arch_ = describe_model(*file_, hp_, w_);
     if (n_threads < 1) throw std::invalid_argument("n_threads must be >= 1");
+    check_kv_types(kv_types, hp_.head_dim);
+    // The quantized cache is read by the fast CPU attention only: llama.cpp numerics reproduce
+    // its f16-cache attention, and the CUDA attention kernels read F16.
+    if ((kv_types.k != GGMLType::F16 || kv_types.v != GGMLType::F16) &&
+        (numerics == Numerics::LlamaCpp || n_gpu_layers != 0))
+        throw std::invalid_argument(std::string("a ") + cache_type_name(kv_types.k) + "/" + cache_type_name(kv_types.v) +
+                                    " KV cache runs on the CPU with the fast numerics only; use an f16 cache " +
+                                    (numerics == Numerics::LlamaCpp ? "with numerics=llama.cpp" : "with GPU layers"));
     placement_ = place_layers(hp_.n_layer, n_gpu_layers);
     pool_ = std::make_unique<ThreadPool>(n_threads);
     isa_ = best_isa();
@@ -39,7 +47,7 @@ Model::Model(const std::string& path, int n_threads, int64_t kv_blocks, int kv_b
     for (Placement p : placement_.layers) layer_backend_.push_back(&backend_at(p));
     output_backend_ = &backend_at(placement_.output);
     place_weights();
-    kv_ = std::make_unique<KVCache>(layer_backend_, kv_blocks, kv_block_size, (int64_t)hp_.n_head_kv * hp_.head_dim);
+    kv_ = std::make_unique<KVCache>(layer_backend_, kv_blocks, kv_block_size, hp_.n_head_kv, hp_.head_dim, kv_types);
 }
 
 Backend& Model::backend_at(Placement p) const {

@@ -120,7 +120,7 @@ public:
     // The last n_gpu_layers layers, and then the output head, run on the GPU backend (llama.cpp's
     // -ngl); the input embedding and the other layers on the CPU.
     Model(const std::string& path, int n_threads, int64_t kv_blocks, int kv_block_size,
-          Numerics numerics = Numerics::Fast, int n_gpu_layers = 0);
+          Numerics numerics = Numerics::Fast, int n_gpu_layers = 0, KVTypes kv_types = {});
     ~Model();
     Model(const Model&) = delete;
     Model& operator=(const Model&) = delete;

@@ -7,7 +7,7 @@ import os
 
 from localllm import hub
 
-from .common import add_device_args, add_numerics_arg, device_kwargs
+from .common import add_cache_type_args, add_device_args, add_numerics_arg, cache_kwargs, device_kwargs
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -21,6 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print llama-bench-style JSON")
     add_numerics_arg(p)
     add_device_args(p)
+    add_cache_type_args(p)
     p.set_defaults(func=run)
 
 
@@ -33,13 +34,15 @@ def run(args: argparse.Namespace) -> int:
     for model in args.model or [None]:
         path = hub.resolve_model(model)
         llm = LLM(str(path), n_threads=args.threads, n_ctx=max(args.n_prompt, args.n_gen, 16) + 16,
-                  n_batch=max(args.n_prompt, 1), numerics=args.numerics, **device_kwargs(args))
+                  n_batch=max(args.n_prompt, 1), numerics=args.numerics, **device_kwargs(args),
+                  **cache_kwargs(args))
         n_params = sum(t.n_elements for t in llm.gguf.tensors)
         for r in run_bench(llm, args.n_prompt, args.n_gen, args.repetitions):
             rows.append({
                 "model_filename": str(path), "model_type": llm.hparams["arch"],
                 "model_size": os.path.getsize(path), "model_n_params": n_params,
-                "n_threads": llm.n_threads, "n_prompt": r.n_prompt, "n_gen": r.n_gen,
+                "n_threads": llm.n_threads, "type_k": llm.cache_types[0], "type_v": llm.cache_types[1],
+                "n_prompt": r.n_prompt, "n_gen": r.n_gen,
                 "test": r.test, "avg_ns": r.avg_ns, "stddev_ns": int(_stdev(r.samples_ns)),
                 "avg_ts": r.avg_ts, "stddev_ts": r.stddev_ts, "samples_ns": r.samples_ns,
                 "samples_ts": r.samples_ts, "n_gpu_layers": llm.n_gpu_layers,

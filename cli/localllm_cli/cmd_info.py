@@ -8,7 +8,7 @@ from typing import Any
 from localllm import hub
 from localllm.gguf import GGUFFile, model_summary
 
-from .common import add_device_args, add_numerics_arg, device_kwargs, parse_size
+from .common import add_cache_type_args, add_device_args, add_numerics_arg, device_kwargs, parse_size
 
 __all__ = ["register", "run_info"]
 
@@ -31,6 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="with --plan: simulate a GPU with this much free memory")
     add_device_args(p)
     add_numerics_arg(p)
+    add_cache_type_args(p)
     p.set_defaults(func=run_info)
 
 
@@ -97,7 +98,10 @@ def plan_for(args: argparse.Namespace, path: str):
     gpu_free = args.gpu_free if args.gpu_free is not None else gpu_free_bytes()
     n_ctx = args.ctx_size or 4096
     pool = None if args.kv_blocks is None else args.kv_blocks + 1
-    plan = plan_layers(footprint.bytes, footprint.n_layer, dev["n_gpu_layers"], n_ctx=n_ctx,
+    def bytes_of(ngl: int, kv_blocks: int, kv_block_size: int, n_batch: int) -> dict:
+        return footprint.bytes(ngl, kv_blocks, kv_block_size, n_batch, args.cache_type_k, args.cache_type_v)
+
+    plan = plan_layers(bytes_of, footprint.n_layer, dev["n_gpu_layers"], n_ctx=n_ctx,
                        kv_block_size=16, n_batch=args.batch_size, kv_blocks=pool,
                        ctx_set=args.ctx_size is not None, gpu_free=gpu_free,
                        gpu_margin=dev["gpu_margin"])

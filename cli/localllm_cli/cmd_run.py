@@ -6,7 +6,7 @@ import argparse
 import sys
 import time
 
-from .common import (add_model_args, add_sampling_args, add_spec_args, device_kwargs, peak_rss_mb, print_stats,
+from .common import (add_model_args, add_sampling_args, add_spec_args, cache_kwargs, device_kwargs, peak_rss_mb, print_stats,
                      read_text_file, sampling_kwargs, spec_config)
 
 
@@ -56,13 +56,14 @@ def load(args: argparse.Namespace):
     blocks = args.kv_blocks
     if args.kv_memory is not None:
         path = hub.resolve_model(args.model)
-        per_block = 16 * kv_bytes_per_token(GGUFFile(str(path)).metadata)
+        per_block = 16 * kv_bytes_per_token(GGUFFile(str(path)).metadata, args.cache_type_k, args.cache_type_v)
         blocks = int(args.kv_memory * 2 ** 20 // per_block)
         if blocks < 1:
             raise ValueError(f"--kv-memory {args.kv_memory} MiB holds no KV block ({per_block} bytes each)")
         args.model = str(path)
     return LLM(args.model, n_threads=args.threads, n_ctx=args.ctx_size, max_running=args.parallel,
-               kv_blocks=blocks, numerics=args.numerics, speculative=spec_config(args), **device_kwargs(args))
+               kv_blocks=blocks, numerics=args.numerics, speculative=spec_config(args), **device_kwargs(args),
+               **cache_kwargs(args))
 
 
 def make_request(llm, prompt: str, chat: bool, sampling: dict):

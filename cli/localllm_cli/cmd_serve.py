@@ -45,7 +45,8 @@ def kv_blocks(args: argparse.Namespace, model_path: str) -> int:
     block_tokens = 16
     if args.kv_memory is None:
         return -(-max(args.parallel * 1024, args.ctx_size) // block_tokens)
-    per_block = block_tokens * kv_bytes_per_token(GGUFFile(model_path).metadata)
+    per_block = block_tokens * kv_bytes_per_token(GGUFFile(model_path).metadata, args.cache_type_k,
+                                                  args.cache_type_v)
     blocks = parse_size(args.kv_memory) // per_block
     if blocks * block_tokens < args.ctx_size:
         raise ValueError(f"--kv-memory {args.kv_memory} holds {blocks * block_tokens} tokens, less than one "
@@ -68,7 +69,8 @@ def run(args: argparse.Namespace) -> int:
     model = str(hub.resolve_model(args.model))       # a bad path fails now, not after startup
     config = ServerConfig(model=model, n_ctx=args.ctx_size, threads=args.threads, parallel=args.parallel,
                           kv_blocks=kv_blocks(args, model), max_queue=args.max_queue, api_key=args.api_key,
-                          speculative=spec_config(args))
+                          speculative=spec_config(args), cache_type_k=args.cache_type_k,
+                          cache_type_v=args.cache_type_v)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr)
     serve_forever(config, args.host, args.port, args.log_level)

@@ -16,6 +16,20 @@ def add_model_args(p: argparse.ArgumentParser, ctx_default: int | None = None) -
                    help=f"context length in tokens (default {ctx_default or 4096})")
     add_numerics_arg(p)
     add_device_args(p)
+    add_cache_type_args(p)
+
+
+def add_cache_type_args(p: argparse.ArgumentParser) -> None:
+    """llama.cpp's KV cache type flags."""
+    for short, name in (("-ctk", "k"), ("-ctv", "v")):
+        p.add_argument(short, f"--cache-type-{name}", dest=f"cache_type_{name}", default="f16",
+                       type=str.lower, choices=["f16", "q8_0", "q4_0"],
+                       help=f"KV cache type for {'K' if name == 'k' else 'V'}: f16 (default), q8_0 (about half "
+                            f"the memory) or q4_0 (about a quarter); quantized types run on the CPU")
+
+
+def cache_kwargs(args: argparse.Namespace) -> dict:
+    return {"cache_type_k": args.cache_type_k, "cache_type_v": args.cache_type_v}
 
 
 def parse_size(text: str) -> int:
@@ -88,7 +102,7 @@ def sampling_kwargs(args: argparse.Namespace, n_ctx: int) -> dict:
 def load_llm(args: argparse.Namespace):
     from localllm import LLM
     return LLM(args.model, n_threads=args.threads, n_ctx=args.ctx_size, numerics=args.numerics,
-               **device_kwargs(args))
+               **device_kwargs(args), **cache_kwargs(args))
 
 
 def add_spec_args(p: argparse.ArgumentParser) -> None:

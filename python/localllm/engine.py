@@ -44,15 +44,19 @@ __all__ = ["Engine", "EngineStats", "OutputSink", "RequestOutput", "RequestTimes
 log = logging.getLogger("localllm.engine")
 
 
-def kv_bytes_per_token(metadata: dict) -> int:
-    """KV cache bytes one token takes (K and V in F16, every layer), from GGUF metadata; used
-    to turn a memory size into a number of blocks before the model is loaded."""
+def kv_bytes_per_token(metadata: dict, cache_type_k: str = "f16", cache_type_v: str = "f16") -> int:
+    """KV cache bytes one token takes (K and V of every layer, in the cache's types: "f16",
+    "q8_0", "q4_0"), from GGUF metadata; used to turn a memory size into a number of blocks
+    before the model is loaded (the same sizes as the C++ cache's, csrc/kv_cache.cpp)."""
+    from .quants import GGMLType, row_bytes
     arch = metadata["general.architecture"]
     n_head = int(metadata[f"{arch}.attention.head_count"])
     n_head_kv = int(metadata.get(f"{arch}.attention.head_count_kv", n_head))
     head_dim = int(metadata.get(f"{arch}.attention.key_length",
                                 int(metadata[f"{arch}.embedding_length"]) // n_head))
-    return int(metadata[f"{arch}.block_count"]) * 2 * n_head_kv * head_dim * 2
+    width = n_head_kv * head_dim
+    per_layer = sum(row_bytes(GGMLType[t.upper()], width) for t in (cache_type_k, cache_type_v))
+    return int(metadata[f"{arch}.block_count"]) * per_layer
 
 
 @dataclass

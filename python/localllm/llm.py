@@ -84,6 +84,13 @@ class _Run:
 
 
 NUMERICS = ("fast", "llama.cpp")
+CACHE_TYPES = ("f16", "q8_0", "q4_0")    # llama.cpp's --cache-type-k / --cache-type-v names
+
+
+def _cache_type(name: str, which: str) -> str:
+    if not isinstance(name, str) or name.lower() not in CACHE_TYPES:
+        raise ValueError(f"{which} must be one of {', '.join(CACHE_TYPES)}, got {name!r}")
+    return name.lower()
 
 
 class LLM:
@@ -113,6 +120,10 @@ class LLM:
             exactly plain decoding's; sampled output has plain sampling's distribution.
         draft_model: path of a draft model sharing this model's vocabulary (shorthand for
             speculative=SpecConfig(mode="draft", draft_model=...)); it runs on the CPU.
+        cache_type_k, cache_type_v: how the KV cache stores keys and values, llama.cpp's
+            --cache-type-k/-v: "f16" (default), "q8_0" (about half the memory) or "q4_0" (about
+            a quarter). A quantized cache runs on the CPU with the fast numerics (n_gpu_layers
+            "auto" then means 0). A draft model keeps an f16 cache.
     """
 
     def __init__(self, model_path: str | os.PathLike | None = None, n_threads: int | None = None,
@@ -120,11 +131,21 @@ class LLM:
                  kv_block_size: int = 16, max_running: int = 16, kv_blocks: int | None = None,
                  numerics: str = "fast", n_gpu_layers: int | str | None = None,
                  gpu_margin: int = DEFAULT_GPU_MARGIN, speculative: SpecConfig | str | None = None,
-                 draft_model: str | os.PathLike | None = None):
+                 draft_model: str | os.PathLike | None = None, cache_type_k: str = "f16",
+                 cache_type_v: str = "f16"):
         t0 = time.perf_counter()
         if numerics not in NUMERICS:
             raise ValueError(f"numerics must be one of {', '.join(NUMERICS)}, got {numerics!r}")
         self.numerics = numerics
+        self.cache_types = (_cache_type(cache_type_k, "cache_type_k"), _cache_type(cache_type_v, "cache_type_v"))
+        if self.cache_types != ("f16", "f16"):
+            if numerics != "fast":
+                raise ValueError(f"a {'/'.join(self.cache_types)} KV cache needs numerics='fast' "
+                                 f"(llama.cpp numerics reproduce its f16 cache)")
+            if n_gpu_layers not in (None, "auto", 0, "0"):
+                raise ValueError(f"a {'/'.join(self.cache_types)} KV cache runs on the CPU; "
+                                 f"use n_gpu_layers=0 or cache types f16")
+            n_gpu_layers = 0
         ctx_set = n_ctx is not None
         n_ctx = 4096 if n_ctx is None else n_ctx
         if n_ctx < 1:
@@ -204,7 +225,8 @@ class LLM:
         def load_model() -> None:
             try:
                 loaded["model"] = _core.Model(str(self.model_path), self.n_threads, n_blocks,
-                                              kv_block_size, self.numerics, self.n_gpu_layers)
+                                              kv_block_size, self.numerics, self.n_gpu_layers,
+                                              *self.cache_types)
             except BaseException as e:  # re-raised on the caller's thread below
                 loaded["error"] = e
 

@@ -58,7 +58,7 @@ def open_llama(path: str, n_ctx: int, logits_all: bool):
                  flash_attn=False, verbose=False)
 
 
-def worker(model: str, path: str, out: Path, ppl_ctx: list[int]) -> None:
+def worker(model: str, path: str, out: Path, ppl_ctx: list[str]) -> None:
     import numpy as np
     llm = open_llama(path, N_CTX, logits_all=True)
     tok_rows = []
@@ -90,7 +90,10 @@ def worker(model: str, path: str, out: Path, ppl_ctx: list[int]) -> None:
         arrays[f"{name}__logsumexp"] = (mx[:, 0] + np.log(np.exp(logits - mx).sum(1))).astype(np.float32)
         arrays[f"{name}__last_prompt_logits"] = logits[len(prompt_ids) - 1].astype(np.float16)
     np.savez_compressed(out / f"logits_{model}.npz", **arrays)
-    ppl = [perplexity(path, n_ctx) for n_ctx in ppl_ctx]
+    ppl = []
+    for spec in ppl_ctx:
+        n_ctx, *types = spec.split(":")
+        ppl.append(perplexity(path, int(n_ctx), *types))
     (out / f"{model}.json").write_text(json.dumps({"tokenize": tok_rows, "greedy": greedy_rows, "ppl": ppl}))
 
 
@@ -102,11 +105,16 @@ def is_end_of_generation(llm, tok: int) -> bool:
 _QUIET_LOG = None
 
 
-def perplexity(path: str, n_ctx: int) -> dict:
+CACHE_TYPES = {"f16": 1, "q8_0": 8, "q4_0": 2}     # ggml type ids of llama.cpp's --cache-type-k/-v
+
+
+def perplexity(path: str, n_ctx: int, cache_k: str = "f16", cache_v: str = "f16") -> dict:
     """llama-perplexity's run, through llama.cpp's C API: its defaults (n_batch 2048, n_ubatch
     512, so n_batch / n_ctx chunks share one batch as separate sequences; the sliding-window cache
     not kept full), BOS as each chunk's first token where the model adds BOS, the second half of
-    each chunk scored. These settings reproduce its figures to the last digit."""
+    each chunk scored. These settings reproduce its figures to the last digit. A quantized cache
+    (cache_k / cache_v other than f16) runs as `llama-perplexity -ctk T -ctv T -fa on`: llama.cpp
+    needs flash attention for a quantized V cache."""
     import ctypes
     import numpy as np
     import llama_cpp as L
@@ -127,6 +135,9 @@ def perplexity(path: str, n_ctx: int) -> dict:
     cp.n_ctx, cp.n_batch, cp.n_ubatch, cp.n_seq_max = n_ctx * n_seq, n_batch, 512, n_seq
     cp.n_threads = cp.n_threads_batch = 2
     cp.swa_full = False
+    if (cache_k, cache_v) != ("f16", "f16"):
+        cp.type_k, cp.type_v = CACHE_TYPES[cache_k], CACHE_TYPES[cache_v]
+        cp.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_ENABLED
     ctx = L.llama_init_from_model(model, cp)
     batch = L.llama_batch_init(n_batch, 0, n_seq)
     n_chunks, first = len(tokens) // n_ctx, n_ctx // 2
@@ -154,15 +165,25 @@ def perplexity(path: str, n_ctx: int) -> dict:
     L.llama_batch_free(batch)
     L.llama_free(ctx)
     L.llama_model_free(model)
-    return {"n_ctx": n_ctx, "chunks": n_chunks, "ppl": round(math.exp(nll / count), 4)}
+    row = {"n_ctx": n_ctx, "chunks": n_chunks, "ppl": round(math.exp(nll / count), 4)}
+    if (cache_k, cache_v) != ("f16", "f16"):
+        row.update(cache_type_k=cache_k, cache_type_v=cache_v, flash_attn=True)
+    return row
 
 
 # --------------------------------------------------------------------------- the driver (project python)
 
-def ppl_contexts() -> dict[str, list[int]]:
-    out: dict[str, list[int]] = {}
+def ppl_key(r: dict) -> str:
+    """A stored perplexity row's run: "n_ctx" or "n_ctx:cache_type_k:cache_type_v"."""
+    if "cache_type_k" not in r:
+        return str(r["n_ctx"])
+    return f"{r['n_ctx']}:{r['cache_type_k']}:{r['cache_type_v']}"
+
+
+def ppl_contexts() -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
     for r in json.loads((REFERENCE / "perplexity.json").read_text())["results"]:
-        out.setdefault(r["model"], []).append(r["n_ctx"])
+        out.setdefault(r["model"], []).append(ppl_key(r))
     return out
 
 
@@ -178,7 +199,7 @@ def generate(out: Path) -> None:
     for model in DEFAULT_MODELS:
         print(f"{model}: running llama.cpp", file=sys.stderr, flush=True)
         subprocess.run([venv_py, __file__, "--worker", model, str(hub.resolve_model(model)), "--out", str(out),
-                        "--ppl-ctx", *map(str, contexts.get(model, []))], check=True, env=env)
+                        "--ppl-ctx", *contexts.get(model, [])], check=True, env=env)
         part = json.loads((out / f"{model}.json").read_text())
         (out / f"{model}.json").unlink()
         tok += part["tokenize"]
@@ -222,10 +243,11 @@ def check(fresh: Path) -> int:
         diff = sum(not same_array(k, old[k], new[k]) for k in old.files)
         print(f"{f.name}: {len(old.files)} arrays, {diff} differ")
         bad += diff
-    old = {(r["model"], r["n_ctx"]): r["ppl"] for r in json.loads((REFERENCE / "perplexity.json").read_text())["results"]}
+    old = {(r["model"], ppl_key(r)): r["ppl"] for r in json.loads((REFERENCE / "perplexity.json").read_text())["results"]}
     for r in json.loads((fresh / "perplexity.json").read_text())["results"]:
-        rel = abs(r["ppl"] / old[(r["model"], r["n_ctx"])] - 1)
-        print(f"perplexity {r['model']} n_ctx {r['n_ctx']}: {r['ppl']} (stored {old[(r['model'], r['n_ctx'])]}, {rel:.2e} apart)")
+        stored = old[(r["model"], ppl_key(r))]
+        rel = abs(r["ppl"] / stored - 1)
+        print(f"perplexity {r['model']} {ppl_key(r)}: {r['ppl']} (stored {stored}, {rel:.2e} apart)")
         bad += rel > 1e-3
     return bad
 
@@ -235,7 +257,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=None, help="where to write the fresh set")
     ap.add_argument("--check", action="store_true", help="compare a fresh set with the stored one")
     ap.add_argument("--worker", nargs=2, metavar=("MODEL", "PATH"), help=argparse.SUPPRESS)
-    ap.add_argument("--ppl-ctx", nargs="*", type=int, default=[], help=argparse.SUPPRESS)
+    ap.add_argument("--ppl-ctx", nargs="*", default=[], help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         worker(*args.worker, args.out, args.ppl_ctx)

@@ -51,6 +51,8 @@ class ServerConfig:
     api_key: Optional[str] = None
     n_batch: int = 512
     speculative: Optional[SpecConfig] = None     # speculative decoding for every request
+    cache_type_k: str = "f16"                    # the KV cache's types (LLM's cache_type_k / _v)
+    cache_type_v: str = "f16"
 
 
 class _State:
@@ -78,7 +80,8 @@ class _State:
         c = self.config
         try:
             llm = LLM(c.model, n_threads=c.threads, n_ctx=c.n_ctx, n_batch=c.n_batch, max_running=c.parallel,
-                      kv_blocks=c.kv_blocks, speculative=c.speculative)
+                      kv_blocks=c.kv_blocks, speculative=c.speculative, cache_type_k=c.cache_type_k,
+                      cache_type_v=c.cache_type_v)
             llm.engine.start()
             self.llm = llm
             log.info("model %s loaded in %.2f s", llm.model_path, llm.load_time)
