@@ -172,6 +172,21 @@ void make_chunks(const Batch& b, const Shape& sh, std::vector<Chunk>& chunks) {
     std::stable_sort(chunks.begin(), chunks.end(), [](const Chunk& x, const Chunk& y) { return x.cost > y.cost; });
 }
 
+// The queries as a quantized K cache meets them, as llama.cpp's CPU flash attention does: rotated
+// as the keys were (kv_cache.h), then rounded to Q8_0 (the vec_dot_type its K dot products take
+// the query in; Q8_0 for both Q8_0 and Q4_0 keys) and read back as floats. An f16 K cache: q.
+const float* prepare_queries(const KVCache& kv, const float* q, int64_t q_len) {
+    if (kv.types().k == GGMLType::F16) return q;
+    static thread_local std::vector<float> work;
+    static thread_local std::vector<block_q8_0> blocks;
+    work.assign(q, q + q_len);
+    if (kv.rot_k()) hadamard_rotate(work.data(), q_len, kv.rot_k());
+    blocks.resize((size_t)(q_len / QK8_0));
+    quantize_act_row(GGMLType::Q8_0, work.data(), blocks.data(), q_len, best_isa());
+    dequantize_row(GGMLType::Q8_0, blocks.data(), work.data(), q_len);
+    return work.data();
+}
+
 }  // namespace
 
 void check_attention_call(const KVCache& kv, const Batch& b, int n_head, int n_head_kv, int head_dim,
@@ -197,14 +212,8 @@ void attention(ThreadPool& pool, const KVCache& kv, int layer, const float* q, f
     else if ((kernel == AttnKernel::Auto || kernel == AttnKernel::AVX2) && attention_avx2_available() &&
              head_dim % 8 == 0)
         use = AttnKernel::AVX2;
-    // A rotated (quantized) cache: queries rotated as the keys were, outputs rotated back (kv_cache.h).
-    static thread_local std::vector<float> q_rotated;
     const int64_t q_len = b.n_tokens * (int64_t)n_head * head_dim;
-    if (kv.rot_k()) {
-        q_rotated.assign(q, q + q_len);
-        hadamard_rotate(q_rotated.data(), q_len, kv.rot_k());
-        q = q_rotated.data();
-    }
+    q = prepare_queries(kv, q, q_len);
     static thread_local std::vector<Chunk> chunks;   // the caller's; workers only read it
     make_chunks(b, sh, chunks);
     const Chunk* list = chunks.data();

@@ -4,11 +4,13 @@ Attention over a quantized cache is held to a float64 reference that reads K and
 `gguf` package's own quantize + dequantize (an independent implementation of ggml's blocks),
 after llama.cpp's Walsh-Hadamard rotation of a quantized cache (keys and queries by the largest
 power of two >= 64 dividing head_dim, values by 64 and the output rotated back; none when
-head_dim % 64 != 0), every kernel bit-identical to the scalar one; the memory the cache takes follows its types in
+head_dim % 64 != 0) and with the query rounded to Q8_0 against quantized keys (llama.cpp's
+flash attention takes it so), every kernel bit-identical to the scalar one; the memory the cache takes follows its types in
 the allocator, the planner and `kv_bytes_per_token` alike; what cannot run is refused with an
-error naming it. Perplexity against llama.cpp with the same cache types is in test_fidelity.py,
-batch invariance and the engine's leak test with a quantized cache in test_batch_invariance.py
-and test_engine.py.
+error naming it; perplexity on the three real models is within the issue's bounds of
+llama.cpp's with the same cache types (q8_0 0.5%, q4_0 2%; tests/data/reference/perplexity.json,
+made by tests/data/regenerate.py). Batch invariance and the engine's leak test with a quantized
+cache are in test_batch_invariance.py and test_engine.py.
 """
 from __future__ import annotations
 
@@ -17,7 +19,10 @@ import pytest
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize, quantize
 
-from conftest import model_file
+import json
+import math
+
+from conftest import CORPUS, REFERENCE, model_file
 from localllm import LLM, _core
 from localllm.engine import kv_bytes_per_token
 from localllm.gguf import GGUFFile
@@ -66,7 +71,9 @@ def reference(b, rows, scale, window, cache_k, cache_v, rotated: bool = True) ->
     rotated as the keys, the output rotated back as the values were (rotated=False: the same
     cache types without rotation, which the runtime must not compute)."""
     rk, rv = rotations(cache_k, cache_v, b.q.shape[2]) if rotated else (0, 0)
-    q = rotate(b.q, rk).astype(np.float32).astype(np.float16).astype(np.float64)
+    # A quantized K meets the query rounded to Q8_0, as in llama.cpp's flash attention.
+    q = stored(b.q, "q8_0", rk) if cache_k != "f16" else rotate(b.q, rk)
+    q = q.astype(np.float32).astype(np.float16).astype(np.float64)
     k, v = stored(b.k, cache_k, rk), stored(b.v, cache_v, rv)
     group = q.shape[1] // k.shape[1]
     out = np.zeros((len(rows),) + q.shape[1:])
@@ -108,3 +115,88 @@ def test_attention_reads_the_quantized_values(cache_k, cache_v, hd, n_head, n_he
     if hd % 64 == 0:
         unrotated = np.abs(reference(b, rows, scale, window, cache_k, cache_v, rotated=False) - want).max()
         assert unrotated > 3 * err, (unrotated, err)
+
+
+def test_quantized_attention_is_batch_invariant():
+    """A sequence's rows do not depend on the other sequences, the threads or decode vs prefill."""
+    b = make_batch([90, 33, 5], 8, 2, 64, seed=3)
+    scale = 0.125
+    own = b.rows_of(0)
+    alone = run(b, own, scale, 0, -1, "q4_0", "q8_0", n_threads=1)
+    together = run(b, np.arange(len(b.seq)), scale, 0, -1, "q4_0", "q8_0", n_threads=2)
+    assert np.array_equal(alone, together[own])
+    last = run(b, own[-1:], scale, 0, -1, "q4_0", "q8_0")           # decode: the last token only
+    assert np.array_equal(last[0], alone[-1])
+
+
+@pytest.mark.parametrize("cache_type,bytes_per_32", [("f16", 64), ("q8_0", 34), ("q4_0", 18)])
+def test_kv_memory_follows_the_type(cache_type, bytes_per_32):
+    path = str(model_file("smollm2-135m-q4_1"))
+    meta = GGUFFile(path).metadata
+    n_layer = _core.Footprint(path).n_layer
+    model = _core.Model(path, 1, 33, 16, cache_type_k=cache_type, cache_type_v=cache_type)
+    assert (model.cache_type_k, model.cache_type_v) == (cache_type, cache_type)
+    h = model.hparams
+    width = h["n_head_kv"] * h["head_dim"]
+    per_token = n_layer * 2 * width // 32 * bytes_per_32
+    assert model.kv_bytes == 33 * 16 * per_token
+    assert kv_bytes_per_token(meta, cache_type, cache_type) == per_token
+    assert _core.Footprint(path).bytes(0, 33, 16, 8, cache_type, cache_type)["CPU"]["kv"] == model.kv_bytes
+    assert model.allocated["CPU"]["kv"] == model.kv_bytes
+    mixed = _core.Model(path, 1, 33, 16, cache_type_k=cache_type, cache_type_v="f16")
+    assert mixed.kv_bytes == 33 * 16 * n_layer * width // 32 * (bytes_per_32 + 64)
+
+
+def test_quantized_cache_generates_like_f16_at_first():
+    """A q8_0 cache on a real model: the greedy start matches the f16 cache's (the quantization
+    error is far below the first tokens' logit margins), and every request frees its blocks."""
+    key = "smollm2-135m-q4_1"
+    prompt = "The capital of France is"
+    f16 = LLM(str(model_file(key)), n_threads=2, n_ctx=256, seed=0)
+    q8 = LLM(str(model_file(key)), n_threads=2, n_ctx=256, seed=0, cache_type_k="q8_0", cache_type_v="q8_0")
+    assert q8.cache_types == ("q8_0", "q8_0")
+    a = f16.generate(prompt, max_tokens=8, temperature=0).token_ids
+    b = q8.generate(prompt, max_tokens=8, temperature=0).token_ids
+    assert a[:4] == b[:4]
+    assert q8.engine.pool.num_used == 0
+
+
+def test_bad_cache_types_are_refused():
+    path = str(model_file("smollm2-135m-q4_1"))
+    with pytest.raises(ValueError, match="cache_type_k must be one of f16, q8_0, q4_0"):
+        LLM(path, n_ctx=64, cache_type_k="q5_1")
+    with pytest.raises(ValueError, match="numerics='fast'"):
+        LLM(path, n_ctx=64, cache_type_v="q8_0", numerics="llama.cpp")
+    with pytest.raises(ValueError, match="runs on the CPU"):
+        LLM(path, n_ctx=64, cache_type_k="q4_0", n_gpu_layers=1)
+    with pytest.raises(ValueError, match="not supported"):
+        _core.Model(path, 1, 8, 16, cache_type_k="q4_1")
+    with pytest.raises(ValueError, match="fast numerics only"):
+        _core.Model(path, 1, 8, 16, numerics="llama.cpp", cache_type_k="q8_0")
+    b = make_batch([20], 4, 2, 48, seed=1)        # 48 is not a multiple of the 32-value block
+    with pytest.raises(ValueError, match="head_dim to be a multiple of 32"):
+        run(b, [0], 0.1, 0, -1, "q8_0", "f16")
+
+
+PPL_TOL = {"q8_0": 0.005, "q4_0": 0.02}      # the issue's bounds, relative to llama.cpp's figure
+
+
+def _quantized_ppl_rows():
+    rows = json.loads((REFERENCE / "perplexity.json").read_text())["results"]
+    return [pytest.param(r, id=f"{r['model']}-{r['cache_type_k']}-{r['cache_type_v']}")
+            for r in rows if "cache_type_k" in r]
+
+
+@pytest.mark.parametrize("row", _quantized_ppl_rows())
+def test_perplexity_with_quantized_cache_matches_llamacpp(row):
+    """The corpus's first chunks (llama-perplexity --chunks; its -ctk/-ctv with -fa on, which a
+    quantized V needs there) against the same run of llama.cpp."""
+    from localllm.perplexity import perplexity
+    llm = LLM(str(model_file(row["model"])), n_threads=2, n_ctx=row["n_ctx"], seed=0,
+              cache_type_k=row["cache_type_k"], cache_type_v=row["cache_type_v"])
+    res = perplexity(llm, CORPUS.read_text(encoding="utf-8"), row["n_ctx"], max_chunks=row.get("max_chunks"))
+    assert res.n_chunks == row["chunks"]
+    tol = max(PPL_TOL.get(row["cache_type_k"], 0), PPL_TOL.get(row["cache_type_v"], 0))
+    print(f"{row['model']} {row['cache_type_k']}/{row['cache_type_v']}: PPL {res.ppl:.4f} "
+          f"(llama.cpp {row['ppl']}, {100 * (res.ppl / row['ppl'] - 1):+.2f}%)")
+    assert math.isclose(res.ppl, row["ppl"], rel_tol=tol)

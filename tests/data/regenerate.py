@@ -92,8 +92,8 @@ def worker(model: str, path: str, out: Path, ppl_ctx: list[str]) -> None:
     np.savez_compressed(out / f"logits_{model}.npz", **arrays)
     ppl = []
     for spec in ppl_ctx:
-        n_ctx, *types = spec.split(":")
-        ppl.append(perplexity(path, int(n_ctx), *types))
+        n_ctx, *rest = spec.split(":")
+        ppl.append(perplexity(path, int(n_ctx), *rest[:2], *map(int, rest[2:])))
     (out / f"{model}.json").write_text(json.dumps({"tokenize": tok_rows, "greedy": greedy_rows, "ppl": ppl}))
 
 
@@ -108,13 +108,14 @@ _QUIET_LOG = None
 CACHE_TYPES = {"f16": 1, "q8_0": 8, "q4_0": 2}     # ggml type ids of llama.cpp's --cache-type-k/-v
 
 
-def perplexity(path: str, n_ctx: int, cache_k: str = "f16", cache_v: str = "f16") -> dict:
+def perplexity(path: str, n_ctx: int, cache_k: str = "f16", cache_v: str = "f16", max_chunks: int = 0) -> dict:
     """llama-perplexity's run, through llama.cpp's C API: its defaults (n_batch 2048, n_ubatch
     512, so n_batch / n_ctx chunks share one batch as separate sequences; the sliding-window cache
     not kept full), BOS as each chunk's first token where the model adds BOS, the second half of
     each chunk scored. These settings reproduce its figures to the last digit. A quantized cache
     (cache_k / cache_v other than f16) runs as `llama-perplexity -ctk T -ctv T -fa on`: llama.cpp
-    needs flash attention for a quantized V cache."""
+    needs flash attention for a quantized V cache. max_chunks > 0: the first chunks only
+    (llama-perplexity --chunks)."""
     import ctypes
     import numpy as np
     import llama_cpp as L
@@ -141,6 +142,8 @@ def perplexity(path: str, n_ctx: int, cache_k: str = "f16", cache_v: str = "f16"
     ctx = L.llama_init_from_model(model, cp)
     batch = L.llama_batch_init(n_batch, 0, n_seq)
     n_chunks, first = len(tokens) // n_ctx, n_ctx // 2
+    if max_chunks > 0:
+        n_chunks = min(n_chunks, max_chunks)
     nll, count = 0.0, 0
     for c0 in range(0, n_chunks, n_seq):
         L.llama_memory_clear(L.llama_get_memory(ctx), True)
@@ -168,16 +171,18 @@ def perplexity(path: str, n_ctx: int, cache_k: str = "f16", cache_v: str = "f16"
     row = {"n_ctx": n_ctx, "chunks": n_chunks, "ppl": round(math.exp(nll / count), 4)}
     if (cache_k, cache_v) != ("f16", "f16"):
         row.update(cache_type_k=cache_k, cache_type_v=cache_v, flash_attn=True)
+    if max_chunks > 0:
+        row["max_chunks"] = max_chunks
     return row
 
 
 # --------------------------------------------------------------------------- the driver (project python)
 
 def ppl_key(r: dict) -> str:
-    """A stored perplexity row's run: "n_ctx" or "n_ctx:cache_type_k:cache_type_v"."""
-    if "cache_type_k" not in r:
+    """A stored perplexity row's run: "n_ctx" or "n_ctx:cache_type_k:cache_type_v:max_chunks"."""
+    if "cache_type_k" not in r and "max_chunks" not in r:
         return str(r["n_ctx"])
-    return f"{r['n_ctx']}:{r['cache_type_k']}:{r['cache_type_v']}"
+    return f"{r['n_ctx']}:{r.get('cache_type_k', 'f16')}:{r.get('cache_type_v', 'f16')}:{r.get('max_chunks', 0)}"
 
 
 def ppl_contexts() -> dict[str, list[str]]:
