@@ -21,9 +21,10 @@ N_NEW = 12          # tokens generated per sequence (every step's logits are com
 MODELS = ["smollm2-135m-q4_1", "qwen2.5-coder-0.5b-q4_k_m", "gemma3-270m-q4_k_m"]
 
 
-def make_engine(key: str, max_batch_tokens: int, max_running: int, kv_blocks: int = 512) -> Engine:
+def make_engine(key: str, max_batch_tokens: int, max_running: int, kv_blocks: int = 512,
+                cache: tuple[str, str] = ("f16", "f16")) -> Engine:
     path = str(model_file(key))
-    model = _core.Model(path, 2, kv_blocks, 16)
+    model = _core.Model(path, 2, kv_blocks, 16, cache_type_k=cache[0], cache_type_v=cache[1])
     return Engine(model, Tokenizer.from_gguf_metadata(GGUFFile(path).metadata), n_ctx=4096,
                   max_batch_tokens=max_batch_tokens, max_running=max_running)
 
@@ -48,18 +49,19 @@ def fillers(n: int, n_vocab: int, seed: int) -> list[list[int]]:
     return [[rng.randrange(n_vocab) for _ in range(k)] for k in lengths]
 
 
-@pytest.mark.parametrize("key", MODELS)
-def test_logits_bit_identical_alone_and_in_batches(key):
+@pytest.mark.parametrize("key,cache", [(m, ("f16", "f16")) for m in MODELS] +
+                         [("smollm2-135m-q4_1", ("q8_0", "q4_0"))])   # a quantized KV cache
+def test_logits_bit_identical_alone_and_in_batches(key, cache):
     prompts = [r["prompt_ids"] for r in greedy_rows(key)]
     assert len(prompts) >= 4
 
-    alone_engine = make_engine(key, max_batch_tokens=512, max_running=1)
+    alone_engine = make_engine(key, max_batch_tokens=512, max_running=1, cache=cache)
     alone = [run_batch(alone_engine, [p])[0] for p in prompts]
     n_vocab = alone_engine.n_vocab
 
     # Batches of 4: each reference prompt at a different position among 3 fillers, with a
     # small token budget so prompts are chunked and mixed with other sequences' decodes.
-    small = make_engine(key, max_batch_tokens=24, max_running=4)
+    small = make_engine(key, max_batch_tokens=24, max_running=4, cache=cache)
     others = fillers(3, n_vocab, seed=1)
     for i, p in enumerate(prompts):
         batch = list(others)
@@ -69,7 +71,7 @@ def test_logits_bit_identical_alone_and_in_batches(key):
         assert np.array_equal(got[1], alone[i][1]), f"prompt {i}: logits differ in a batch of 4"
 
     # One batch of 16: every reference prompt plus fillers, shuffled, all running together.
-    big = make_engine(key, max_batch_tokens=256, max_running=16)
+    big = make_engine(key, max_batch_tokens=256, max_running=16, cache=cache)
     batch = prompts + fillers(16 - len(prompts), n_vocab, seed=2)
     order = list(range(16))
     random.Random(3).shuffle(order)

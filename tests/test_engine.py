@@ -27,8 +27,8 @@ def tokenizer():
     return Tokenizer.from_gguf_metadata(GGUFFile(str(model_file(KEY))).metadata)
 
 
-def small_engine(tokenizer, kv_blocks: int, **kw) -> Engine:
-    model = _core.Model(str(model_file(KEY)), 2, kv_blocks, 16)
+def small_engine(tokenizer, kv_blocks: int, cache: tuple[str, str] = ("f16", "f16"), **kw) -> Engine:
+    model = _core.Model(str(model_file(KEY)), 2, kv_blocks, 16, cache_type_k=cache[0], cache_type_v=cache[1])
     return Engine(model, tokenizer, n_ctx=2048, **kw)
 
 
@@ -127,9 +127,10 @@ def test_requests_that_can_never_fit(tokenizer, llm):
     assert llm.engine.pool.num_used == 0 and not llm.engine.has_unfinished()
 
 
-def test_leak_300_random_requests_with_preemption_and_aborts(tokenizer):
+@pytest.mark.parametrize("cache", [("f16", "f16"), ("q8_0", "q4_0")])   # f16, and a quantized KV cache
+def test_leak_300_random_requests_with_preemption_and_aborts(tokenizer, cache):
     rng = random.Random(0)
-    eng = small_engine(tokenizer, kv_blocks=16, max_batch_tokens=128, max_running=8)   # 240 slots
+    eng = small_engine(tokenizer, kv_blocks=16, cache=cache, max_batch_tokens=128, max_running=8)   # 240 slots
     n_vocab = eng.n_vocab
     shared = [rng.randrange(n_vocab) for _ in range(48)]
     live: dict[int, int] = {}                            # request id -> outputs seen
@@ -165,7 +166,7 @@ def test_leak_300_random_requests_with_preemption_and_aborts(tokenizer):
     assert all(eng.pool.ref_counts[b] == 0 for b in range(1, eng.pool.n_blocks))
     assert not eng.has_unfinished()
     # Preempted, batched, cached or not: the same tokens as each request run alone.
-    alone = small_engine(tokenizer, kv_blocks=64, max_batch_tokens=256, max_running=1)
+    alone = small_engine(tokenizer, kv_blocks=64, cache=cache, max_batch_tokens=256, max_running=1)
     for rid in rng.sample(sorted(results), 6):
         prompt, params = prompts[rid]
         solo = alone.submit(prompt, params)
