@@ -75,3 +75,22 @@ def test_prompt_file_not_utf8(tmp_path):
     f.write_bytes(b"Hello \xff\xfe world")
     proc = localllm("run", "-m", str(model_file("smollm2-135m-q4_1")), "-f", str(f), check=False)
     assert proc.returncode != 0 and "not UTF-8 text (byte 6" in proc.stderr, proc.stderr
+
+
+def test_quantized_kv_cache_flags():
+    """llama.cpp's -ctk / -ctv on run, info --plan (the KV bytes follow the type) and bench."""
+    model = str(model_file("smollm2-135m-q4_1"))
+    proc = localllm("run", "-m", model, "-p", "The capital of France is", "-n", "4", "--temp", "0",
+                    "-ctk", "q8_0", "-ctv", "q8_0")
+    assert proc.stdout.startswith(" Paris"), proc.stdout
+    kv = {}
+    for t in ("f16", "q8_0", "q4_0"):
+        plan = json.loads(localllm("info", model, "--plan", "--json", "-ngl", "0", "-c", "1024",
+                                   "--cache-type-k", t, "--cache-type-v", t).stdout)
+        kv[t] = plan["devices"]["CPU"]["kv"]
+    assert kv["q8_0"] * 64 == kv["f16"] * 34 and kv["q4_0"] * 64 == kv["f16"] * 18
+    rows = json.loads(localllm("bench", "-m", model, "-p", "16", "-n", "4", "-r", "1", "--json",
+                               "-ctk", "q4_0", "-ctv", "q8_0").stdout)
+    assert {(r["type_k"], r["type_v"]) for r in rows} == {("q4_0", "q8_0")}
+    bad = localllm("run", "-m", model, "-p", "x", "-ctk", "q5_1", check=False)
+    assert bad.returncode != 0 and "q5_1" in bad.stderr
