@@ -185,18 +185,20 @@ void register_model(py::module_& m) {
     py::class_<Model>(m, "Model", "A loaded model: weights mapped from GGUF, a paged KV cache, a thread pool.")
         .def(py::init([](const std::string& path, int n_threads, int64_t kv_blocks, int kv_block_size,
                          const std::string& numerics, int n_gpu_layers, const std::string& cache_type_k,
-                         const std::string& cache_type_v) {
+                         const std::string& cache_type_v, int64_t n_ctx) {
                  const Numerics n = parse_numerics(numerics);
                  const KVTypes types{parse_cache_type(cache_type_k), parse_cache_type(cache_type_v)};
                  py::gil_scoped_release release;
-                 return new Model(path, n_threads, kv_blocks, kv_block_size, n, n_gpu_layers, types);
+                 return new Model(path, n_threads, kv_blocks, kv_block_size, n, n_gpu_layers, types, n_ctx);
              }),
              py::arg("path"), py::arg("n_threads"), py::arg("kv_blocks"), py::arg("kv_block_size") = 16,
              py::arg("numerics") = "fast", py::arg("n_gpu_layers") = 0, py::arg("cache_type_k") = "f16",
-             py::arg("cache_type_v") = "f16",
+             py::arg("cache_type_v") = "f16", py::arg("n_ctx") = 0,
              "n_gpu_layers: the last n layers and the output head on the GPU (a build with a CUDA backend). "
              "cache_type_k / cache_type_v: the KV cache's storage types, f16 (default), q8_0 or q4_0 "
-             "(llama.cpp's --cache-type-k/-v; quantized types on the CPU with the fast numerics).")
+             "(llama.cpp's --cache-type-k/-v; quantized types on the CPU with the fast numerics). "
+             "n_ctx: the longest sequence to be run (LongRoPE files pick their long or short factors by it, "
+             "as llama.cpp does by its per-sequence context; 0 = kv_blocks * kv_block_size).")
         .def_property_readonly("numerics", [](const Model& self) {
             return std::string(self.numerics() == Numerics::Fast ? "fast" : "llama.cpp");
         })

@@ -25,10 +25,12 @@ const ArchSpec* describe_model(const GGUFFile& f, HParams& hp, ModelWeights& w) 
 }
 
 Model::Model(const std::string& path, int n_threads, int64_t kv_blocks, int kv_block_size, Numerics numerics,
-             int n_gpu_layers, KVTypes kv_types)
+             int n_gpu_layers, KVTypes kv_types, int64_t n_ctx_seq)
     : path_(path), numerics_(numerics) {
     file_ = GGUFFile::open(path);
     arch_ = describe_model(*file_, hp_, w_);
+    if (n_ctx_seq < 0) throw std::invalid_argument("n_ctx must be >= 0");
+    hp_.select_context(n_ctx_seq > 0 ? n_ctx_seq : kv_blocks * (int64_t)kv_block_size);
     if (n_threads < 1) throw std::invalid_argument("n_threads must be >= 1");
     check_kv_types(kv_types, hp_.head_dim);
     // The quantized cache is read by the fast CPU attention only: llama.cpp numerics reproduce

@@ -43,7 +43,10 @@ struct HParams {
     float rope_base_swa = 10000.f;        // sliding-window layers
     RopeScaling rope_scaling;             // global layers
     float rope_freq_scale_swa = 1.0f;     // sliding-window layers' freq_scale (llama.cpp: 1, Gemma 2: the global one)
-    std::vector<float> rope_freq_factors; // rope_freqs.weight [rope_dims/2], empty when absent
+    std::vector<float> rope_freq_factors; // rope_freqs.weight [rope_dims/2], empty when absent ...
+    // ... or LongRoPE's pair (Phi-3 128k: rope_factors_long / _short.weight, [rope_dims/2] each);
+    // select_context() makes one of them rope_freq_factors, as llama.cpp's get_rope_factors does.
+    std::vector<float> rope_factors_long, rope_factors_short;
     int n_swa = 0;                        // sliding window (tokens), 0 = none
     std::vector<uint8_t> layer_is_swa;    // per layer
     float attn_scale = 0.f;               // applied to the q.k scores (llama) ...
@@ -51,6 +54,13 @@ struct HParams {
     float embd_scale = 1.f;               // token embeddings are multiplied by this (gemma)
     float attn_softcap = 0.f;             // attention scores soft-capped at this (gemma2), 0 = none
     float final_softcap = 0.f;            // logits soft-capped at this (gemma2), 0 = none
+
+    // LongRoPE: the long factors when a sequence's context exceeds the original one
+    // (rope.scaling.original_context_length), else the short ones. No-op for other files.
+    void select_context(int64_t n_ctx_seq) {
+        if (rope_factors_long.empty()) return;
+        rope_freq_factors = n_ctx_seq > rope_scaling.n_ctx_orig ? rope_factors_long : rope_factors_short;
+    }
 
     // The angles of layer il's RoPE: its base; the file's scaling, with rope_freq_scale_swa on
     // sliding-window layers as llama.cpp has it; the frequency factors.
@@ -118,9 +128,10 @@ std::string supported_archs();                         // "gemma2, gemma3, llama
 class Model {
 public:
     // The last n_gpu_layers layers, and then the output head, run on the GPU backend (llama.cpp's
-    // -ngl); the input embedding and the other layers on the CPU.
+    // -ngl); the input embedding and the other layers on the CPU. n_ctx_seq: the longest sequence
+    // the caller will run (LongRoPE's choice of factors; 0 = the pool, kv_blocks * kv_block_size).
     Model(const std::string& path, int n_threads, int64_t kv_blocks, int kv_block_size,
-          Numerics numerics = Numerics::Fast, int n_gpu_layers = 0, KVTypes kv_types = {});
+          Numerics numerics = Numerics::Fast, int n_gpu_layers = 0, KVTypes kv_types = {}, int64_t n_ctx_seq = 0);
     ~Model();
     Model(const Model&) = delete;
     Model& operator=(const Model&) = delete;

@@ -85,7 +85,7 @@ def test_fused_tensor_of_the_wrong_height_is_not_split(tmp_path):
         _core.Model(str(write_model(tmp_path / "short.gguf", t)), 1, 4, 16)
 
 
-def test_longrope_factors_are_refused(tmp_path):
+def test_longrope_with_one_factor_tensor_is_refused(tmp_path):
     t = tiny_tensors(np.random.default_rng(0)) | {"rope_factors_long.weight": np.ones(8, np.float32)}
-    with pytest.raises(ValueError, match="LongRoPE"):
+    with pytest.raises(ValueError, match="LongRoPE needs both"):
         _core.Model(str(write_model(tmp_path / "long.gguf", t)), 1, 4, 16)

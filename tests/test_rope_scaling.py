@@ -1,6 +1,7 @@
 """RoPE scaling and the Qwen3 architecture (issue 16): the runtime applies what the converter writes — Llama 3's frequency
-factors (rope_freqs.weight), linear interpolation and YaRN — and refuses what it does not
-implement, never running such a file as if unscaled.
+factors (rope_freqs.weight), linear interpolation, YaRN and Phi-3's LongRoPE (long or short
+factors by the context, as llama.cpp chooses them) — and refuses what it does not implement,
+never running such a file as if unscaled.
 
 The models: small random-weight checkpoints built by transformers with each scaling, converted
 to F32 by ``localllm convert``; the reference is transformers' fp32 forward on the same tokens,
@@ -43,6 +44,24 @@ def test_scaled_rope_matches_transformers_past_the_original_context(name, tmp_pa
     assert err.max() <= TOL
     assert top1 >= 0.99
     assert np.median(control) > 30 * TOL     # the test would catch a file run as if unscaled
+
+
+def test_longrope_short_factors_within_the_original_context(tmp_path):
+    """A context no longer than the original one runs LongRoPE's short factors (llama.cpp picks
+    them by n_ctx, transformers by the sequence's length: the same choice here); the long
+    factors would be far off."""
+    family, rope = VARIANTS["longrope-phi3"]
+    src = build(family, rope, tmp_path / "scaled")
+    out = tmp_path / "longrope-f32.gguf"
+    convert(src, out, type="f32", progress=False)
+    ids = [int(i) for i in np.random.default_rng(2).integers(100, 40000, ORIG_CTX - 8)]
+    ref = hf_logits(src, ids)
+    short = LLM(str(out), n_ctx=ORIG_CTX, seed=0).logits(ids)
+    long = LLM(str(out), n_ctx=ORIG_CTX + 1, seed=0).logits(ids)
+    err, wrong = row_rel_err(short, ref), row_rel_err(long, ref)
+    print(f"short factors: max rel err {err.max():.2e}; long factors: median {np.median(wrong):.2e}")
+    assert err.max() <= TOL
+    assert np.median(wrong[8:]) > 10 * TOL
 
 
 def _with(tmp_path: Path, configure, extra: dict[str, np.ndarray] | None = None) -> Path:

@@ -39,6 +39,12 @@ VARIANTS = {
                              "original_max_position_embeddings": ORIG_CTX}),
     "yarn-qwen3": ("qwen3", {"rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0,
                              "original_max_position_embeddings": ORIG_CTX}),
+    # Phi-3 128k's LongRoPE: per-pair divisors, long ones past the original context, short ones
+    # within it; 16 pairs of the 32-dim heads.
+    "longrope-phi3": ("phi3", {"rope_type": "longrope", "rope_theta": 10000.0,
+                               "long_factor": [float(x) for x in np.linspace(1.0, 6.0, 16)],
+                               "short_factor": [float(x) for x in np.linspace(1.0, 1.6, 16)],
+                               "original_max_position_embeddings": ORIG_CTX}),
 }
 
 
@@ -54,7 +60,8 @@ def build(family: str, rope: dict | None, out: Path) -> Path:
         "gemma2": (tf.Gemma2Config, tf.Gemma2ForCausalLM, GEMMA2, "gemma3")}[family]
     params = rope or {"rope_type": "default", "rope_theta": 1e6 if family.startswith("qwen") else 10000.0}
     torch.manual_seed(0)
-    config = cfg_cls(**base, rope_parameters=dict(params))
+    extra = {"original_max_position_embeddings": ORIG_CTX} if params.get("rope_type") == "longrope" else {}
+    config = cfg_cls(**base, **extra, rope_parameters=dict(params))
     config.initializer_range = 0.08     # peaked next-token distributions, as in test_convert
     model_cls(config).save_pretrained(out)
     for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model"):

@@ -62,18 +62,19 @@ static float positive_f32(const GGUFFile& f, const std::string& key, float dflt)
     return v;
 }
 
-// Per-pair frequency factors (Llama 3's "llama3" RoPE type): rope_freqs.weight, F32 [rope_dims/2].
-static std::vector<float> rope_freq_factors(const GGUFFile& f, int rope_dims) {
-    const GGUFTensor* t = f.tensor("rope_freqs.weight");
+// Per-pair frequency factors, F32 [rope_dims/2] each: rope_freqs.weight (Llama 3's "llama3"
+// RoPE type), or LongRoPE's rope_factors_long / rope_factors_short.weight. Empty when absent.
+static std::vector<float> rope_freq_factors(const GGUFFile& f, const char* name, int rope_dims) {
+    const GGUFTensor* t = f.tensor(name);
     if (!t) return {};
     if (t->type != GGMLType::F32 || t->n_dims != 1 || t->ne[0] != rope_dims / 2)
-        throw std::invalid_argument("tensor 'rope_freqs.weight' must be F32 of shape [" +
+        throw std::invalid_argument(std::string("tensor '") + name + "' must be F32 of shape [" +
                                     std::to_string(rope_dims / 2) + "] (rope.dimension_count / 2)");
     std::vector<float> ff((size_t)(rope_dims / 2));
     memcpy(ff.data(), t->data, ff.size() * sizeof(float));
     for (float v : ff)
         if (!(v > 0.0f) || !isfinite(v))
-            throw std::invalid_argument("tensor 'rope_freqs.weight' holds " + std::to_string(v) +
+            throw std::invalid_argument(std::string("tensor '") + name + "' holds " + std::to_string(v) +
                                         ": frequency factors must be positive numbers");
     return ff;
 }
@@ -90,12 +91,9 @@ static void load_rope_scaling(const GGUFFile& f, const std::string& a, HParams& 
         if (!known)
             throw std::invalid_argument("model key '" + key + "' asks for RoPE behaviour this runtime does not "
                                         "implement (it reads rope.scaling.type none/linear/yarn, factor, "
-                                        "attn_factor, original_context_length and rope_freqs.weight)");
+                                        "attn_factor, original_context_length, rope_freqs.weight and "
+                                        "LongRoPE's rope_factors_long/short.weight)");
     }
-    for (const char* t : {"rope_factors_long.weight", "rope_factors_short.weight"})
-        if (f.tensor(t))
-            throw std::invalid_argument(std::string("tensor '") + t + "' asks for LongRoPE (Phi-3 128k), which this "
-                                        "runtime does not implement yet");
     RopeScaling& sc = hp.rope_scaling;
     const std::string type = f.get_string(a + "rope.scaling.type", "linear");
     if (type != "none" && type != "linear" && type != "yarn")
@@ -115,7 +113,15 @@ static void load_rope_scaling(const GGUFFile& f, const std::string& a, HParams& 
         sc.attn_factor *= 1.0f / (1.0f + 0.1f * logf(fs));
     }
     sc.attn_factor *= positive_f32(f, a + "rope.scaling.attn_factor", 1.0f);
-    hp.rope_freq_factors = rope_freq_factors(f, hp.rope_dims);
+    hp.rope_freq_factors = rope_freq_factors(f, "rope_freqs.weight", hp.rope_dims);
+    // LongRoPE (llama.cpp: get_rope_factors; rope_freqs.weight, when present, wins): both or none.
+    if (hp.rope_freq_factors.empty()) {
+        hp.rope_factors_long = rope_freq_factors(f, "rope_factors_long.weight", hp.rope_dims);
+        hp.rope_factors_short = rope_freq_factors(f, "rope_factors_short.weight", hp.rope_dims);
+        if (hp.rope_factors_long.empty() != hp.rope_factors_short.empty())
+            throw std::invalid_argument("LongRoPE needs both rope_factors_long.weight and rope_factors_short.weight");
+        hp.rope_freq_factors = hp.rope_factors_short;
+    }
 }
 
 void load_common_hparams(const GGUFFile& f, HParams& hp) {

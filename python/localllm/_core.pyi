@@ -46,7 +46,7 @@ class GGUFFile:
 class Model:
     def __init__(self, path: str, n_threads: int, kv_blocks: int, kv_block_size: int = 16,
                  numerics: str = "fast", n_gpu_layers: int = 0, cache_type_k: str = "f16",
-                 cache_type_v: str = "f16") -> None: ...
+                 cache_type_v: str = "f16", n_ctx: int = 0) -> None: ...
     hparams: dict[str, Any]
     cache_type_k: str
     cache_type_v: str

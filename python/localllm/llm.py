@@ -190,7 +190,8 @@ class LLM:
             raise FileNotFoundError(f"draft model {path}: no such file")
         check_same_vocab(GGUFFile(str(self.model_path)).metadata, GGUFFile(str(path)).metadata,
                          self.model_path.name, path.name)
-        self.draft_model = _core.Model(str(path), self.n_threads, n_blocks, kv_block_size, self.numerics, 0)
+        self.draft_model = _core.Model(str(path), self.n_threads, n_blocks, kv_block_size, self.numerics, 0,
+                                       n_ctx=self.n_ctx)
         self.draft_model.reserve(self.n_batch)
         return DraftModelProposer(self.draft_model, config, self.n_batch)
 
@@ -226,7 +227,7 @@ class LLM:
             try:
                 loaded["model"] = _core.Model(str(self.model_path), self.n_threads, n_blocks,
                                               kv_block_size, self.numerics, self.n_gpu_layers,
-                                              *self.cache_types)
+                                              *self.cache_types, n_ctx=self.n_ctx)
             except BaseException as e:  # re-raised on the caller's thread below
                 loaded["error"] = e
 
