@@ -33,6 +33,13 @@ def model_file(key: str) -> Path:
     return hub.pull(key, quiet=True)
 
 
+def f16_perplexity_rows() -> list[dict]:
+    """llama-perplexity's figures over the whole corpus with its default f16 cache (the rows of
+    reference/perplexity.json without cache types or a chunk limit; test_kv_quant.py has those)."""
+    rows = json.loads((REFERENCE / "perplexity.json").read_text())["results"]
+    return [r for r in rows if "cache_type_k" not in r and "max_chunks" not in r]
+
+
 def read_jsonl(path: Path) -> list[dict]:
     with open(path, encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]

@@ -1,13 +1,12 @@
 """Same file, same tokens: our logits and greedy outputs against llama.cpp's (tests/data/reference)."""
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
 import pytest
 
-from conftest import CORPUS, REFERENCE, greedy_rows, llm_for
+from conftest import CORPUS, REFERENCE, f16_perplexity_rows, greedy_rows, llm_for
 
 # Fast numerics (the default). Teacher-forced top-1 agreement with llama.cpp, per model: the
 # issue's 0.995 is met by numerics="llama.cpp" (bit-identical logits, tested below); the fast
@@ -148,11 +147,7 @@ def test_llamacpp_numerics_greedy(model):
 
 
 def _perplexity_rows():
-    """llama-perplexity's figures with the default f16 cache over all chunks (the quantized-cache
-    rows are test_kv_quant.py's)."""
-    data = json.loads((REFERENCE / "perplexity.json").read_text())
-    return [(r["model"], r["n_ctx"], r["ppl"]) for r in data["results"]
-            if "cache_type_k" not in r and "max_chunks" not in r]
+    return [(r["model"], r["n_ctx"], r["ppl"]) for r in f16_perplexity_rows()]
 
 
 @pytest.mark.parametrize("model,n_ctx,ref_ppl", _perplexity_rows())

@@ -7,7 +7,6 @@ device call carries only SmolLM2, in two chunks: tests/gpu_model_chunks.py, docs
 by tests/gpu_check.sh on a lent GPU machine."""
 from __future__ import annotations
 
-import json
 import math
 import subprocess
 import sys
@@ -15,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import CORPUS, REFERENCE, REPO
+from conftest import CORPUS, REPO, f16_perplexity_rows
 from localllm import LLM, _core, hub
 from localllm.engine import Engine
 from localllm.plan import plan_layers
@@ -58,8 +57,7 @@ def llm_at(key: str, ngl: int) -> LLM:
 
 
 def _ppl_cases():
-    refs = json.loads((REFERENCE / "perplexity.json").read_text())["results"]
-    return [(r["model"], ngl, r["ppl"]) for r in refs if r["n_ctx"] == 512 and r["model"] in MODELS
+    return [(r["model"], ngl, r["ppl"]) for r in f16_perplexity_rows() if r["n_ctx"] == 512 and r["model"] in MODELS
             for ngl in ngl_values(r["model"])]
 
 

@@ -20,7 +20,6 @@ from gguf import GGMLQuantizationType
 from gguf.quants import dequantize, quantize
 
 import json
-import math
 
 from conftest import CORPUS, REFERENCE, model_file
 from localllm import LLM, _core

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import gc
-import json
 import time
 import tracemalloc
 from typing import Any
@@ -16,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conftest import CORPUS, MODEL_KEYS, REFERENCE, model_file, read_jsonl
+from conftest import CORPUS, MODEL_KEYS, REFERENCE, f16_perplexity_rows, model_file, read_jsonl
 from localllm.gguf import GGUFFile
 from localllm.tokenizer import StreamDecoder, Tokenizer
 
@@ -176,8 +175,7 @@ def test_corpus_chunks_and_speed(model_key):
     print(f"{model_key}: {len(text)} chars -> {len(ids)} tokens, "
           f"{cpu:.3f} s CPU, {wall:.3f} s wall")
     assert cpu < TIME_BOUND_S
-    results = json.loads((REFERENCE / "perplexity.json").read_text())["results"]
-    for res in results:
+    for res in f16_perplexity_rows():
         if res["model"] == model_key and "chunks" in res:
             assert len(ids) // res["n_ctx"] == res["chunks"]
     assert tok.decode(ids, skip_special=True) == text

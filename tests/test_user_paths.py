@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from conftest import CORPUS, REFERENCE, greedy_rows, llm_for, model_file
+from conftest import CORPUS, f16_perplexity_rows, greedy_rows, llm_for, model_file
 
 CHAT_MODELS = ["smollm2-135m-q4_1", "qwen2.5-coder-0.5b-q4_k_m"]     # the two with a chat template
 
@@ -96,8 +96,7 @@ def test_stop_strings_through_generate_and_the_engine():
 
 def test_perplexity_command_matches_llamacpp():
     model = "smollm2-135m-q4_1"
-    ref = next(r for r in json.loads((REFERENCE / "perplexity.json").read_text())["results"]
-               if r["model"] == model and r["n_ctx"] == 512)
+    ref = next(r for r in f16_perplexity_rows() if r["model"] == model and r["n_ctx"] == 512)
     proc = localllm("perplexity", "-m", str(model_file(model)), "-f", str(CORPUS), "-c", "512")
     ppl = float(re.search(r"PPL = ([0-9.]+)", proc.stdout).group(1))
     assert abs(ppl / ref["ppl"] - 1) <= 0.005, f"{ppl} vs llama.cpp's {ref['ppl']}"
