@@ -67,7 +67,12 @@ def reference(b: Batch, rows, scale: float, window: int, softcap: float = 0.0) -
     """float64 attention of the given token rows (numerics as documented in attention.h);
     softcap > 0: scores soft-capped to softcap * tanh(s / softcap) (Gemma 2)."""
     f16 = lambda a: a.astype(np.float16).astype(np.float64)
-    q, k, v = f16(b.q), f16(b.k), f16(b.v)
+    return attend(b, rows, f16(b.q), f16(b.k), f16(b.v), scale, window, softcap)
+
+
+def attend(b: Batch, rows, q, k, v, scale: float, window: int, softcap: float = 0.0) -> np.ndarray:
+    """float64 attention of the given rows over q, k, v as the kernel reads them (already
+    rounded), with the probabilities rounded to F16 before the product with V."""
     group = q.shape[1] // k.shape[1]
     out = np.zeros((len(rows),) + q.shape[1:])
     for i, t in enumerate(rows):
@@ -79,7 +84,7 @@ def reference(b: Batch, rows, scale: float, window: int, softcap: float = 0.0) -
             if softcap > 0:
                 s = softcap * np.tanh(s / softcap)
             e = np.exp(s - s.max())
-            p = f16(e / e.sum())
+            p = (e / e.sum()).astype(np.float16).astype(np.float64)
             out[i, h] = p @ v[keys, h // group]
     return out
 

@@ -25,7 +25,7 @@ from conftest import CORPUS, REFERENCE, model_file
 from localllm import LLM, _core
 from localllm.engine import kv_bytes_per_token
 from localllm.gguf import GGUFFile
-from test_attention import KERNELS, make_batch
+from test_attention import KERNELS, attend, make_batch
 
 GGUF_TYPES = {"q8_0": GGMLQuantizationType.Q8_0, "q4_0": GGMLQuantizationType.Q4_0}
 PAIRS = [("q8_0", "q8_0"), ("q4_0", "q4_0"), ("q8_0", "f16"), ("f16", "q4_0")]
@@ -74,17 +74,7 @@ def reference(b, rows, scale, window, cache_k, cache_v, rotated: bool = True) ->
     q = stored(b.q, "q8_0", rk) if cache_k != "f16" else rotate(b.q, rk)
     q = q.astype(np.float32).astype(np.float16).astype(np.float64)
     k, v = stored(b.k, cache_k, rk), stored(b.v, cache_v, rv)
-    group = q.shape[1] // k.shape[1]
-    out = np.zeros((len(rows),) + q.shape[1:])
-    for i, t in enumerate(rows):
-        own = np.flatnonzero(b.seq == b.seq[t])
-        pos = b.positions[t]
-        keys = own[(b.positions[own] <= pos) & (b.positions[own] > (pos - window if window > 0 else -1))]
-        for h in range(q.shape[1]):
-            s = k[keys, h // group] @ q[t, h] * scale
-            e = np.exp(s - s.max())
-            p = (e / e.sum()).astype(np.float16).astype(np.float64)
-            out[i, h] = p @ v[keys, h // group]
+    out = attend(b, rows, q, k, v, scale, window)
     return rotate(out, rv)
 
 
