@@ -65,8 +65,14 @@ ActScratch layout_act_scratch(const HParams& hp, int64_t T, float* base) {
     s.attn = take(q_width);
     s.k = take(kv_width);
     s.v = take(kv_width);
-    s.gate = take(hp.n_ff);
-    s.up = take(hp.n_ff);
+    s.gate = take(hp.ffn_width());
+    s.up = take(hp.ffn_width());
+    if (hp.n_expert > 0) {
+        s.router = take(hp.n_expert);
+        s.moe_x = take(hp.n_embd);
+        s.moe_y = take(hp.n_embd);
+        s.moe_acc = take((int64_t)hp.n_expert_used * hp.n_embd);
+    }
     return s;
 }
 

@@ -72,8 +72,12 @@ struct ActScratch {
     float *x = nullptr, *h = nullptr;         // [T, n_embd] residual stream, normalized input
     float *q = nullptr, *attn = nullptr;      // [T, n_head * head_dim]
     float *k = nullptr, *v = nullptr;         // [T, n_head_kv * head_dim]
-    float *gate = nullptr, *up = nullptr;     // [T, n_ff]
+    float *gate = nullptr, *up = nullptr;     // [T, ffn_width] (the dense FFN's or an expert's)
     float* tmp = nullptr;                     // [T, n_embd] a sub-layer's output
+    // Mixture of experts only (null when dense):
+    float* router = nullptr;                  // [T, n_expert] the router's logits
+    float *moe_x = nullptr, *moe_y = nullptr; // [T, n_embd] one expert's tokens' input, output
+    float* moe_acc = nullptr;                 // [T, n_expert_used, n_embd] weighted expert outputs
 };
 
 // The ActScratch of T tokens laid out in one block of act_scratch_floats(hp, T) floats at base.

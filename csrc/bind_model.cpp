@@ -16,6 +16,7 @@ using I32 = py::array_t<int32_t, py::array::c_style | py::array::forcecast>;
 static py::dict hparams_dict(const HParams& hp) {
     py::dict d;
     d["arch"] = hp.arch; d["n_layer"] = hp.n_layer; d["n_embd"] = hp.n_embd; d["n_ff"] = hp.n_ff;
+    d["n_expert"] = hp.n_expert; d["n_expert_used"] = hp.n_expert_used; d["n_ff_exp"] = hp.n_ff_exp;
     d["n_head"] = hp.n_head; d["n_head_kv"] = hp.n_head_kv; d["head_dim"] = hp.head_dim;
     d["n_vocab"] = hp.n_vocab; d["n_ctx_train"] = hp.n_ctx_train; d["norm_eps"] = hp.norm_eps;
     d["rope_base"] = hp.rope_base; d["rope_base_swa"] = hp.rope_base_swa; d["rope_dims"] = hp.rope_dims;

@@ -45,7 +45,7 @@ size_t cpu_act_quant_bytes(const HParams& hp, const std::vector<const WeightRef*
     // and zeroed pages are touched as used): widths rounded up to the largest block (Q8_K's
     // 256), since a model's widest row need not be a multiple of every block.
     const int64_t q_width = (int64_t)hp.n_head * hp.head_dim;
-    const int64_t widest = std::max<int64_t>({hp.n_embd, q_width, hp.n_ff});
+    const int64_t widest = std::max<int64_t>({hp.n_embd, q_width, hp.ffn_width()});
     const int64_t widest_blocks = (widest + QK_K - 1) / QK_K * QK_K;
     size_t bytes = 0;
     for (const WeightRef* w : matrices)
@@ -57,8 +57,10 @@ size_t cpu_act_quant_bytes(const HParams& hp, const std::vector<const WeightRef*
 size_t act_scratch_floats(const HParams& hp, int64_t T) {
     const int64_t q_width = (int64_t)hp.n_head * hp.head_dim;
     const int64_t kv_width = (int64_t)hp.n_head_kv * hp.head_dim;
-    // x, h, tmp: n_embd; q, attn: q_width; k, v: kv_width; gate, up: n_ff
-    return (size_t)T * (size_t)(3 * hp.n_embd + 2 * q_width + 2 * kv_width + 2 * (int64_t)hp.n_ff);
+    // x, h, tmp: n_embd; q, attn: q_width; k, v: kv_width; gate, up: ffn_width; with experts,
+    // router: n_expert, moe_x, moe_y: n_embd, moe_acc: n_expert_used * n_embd
+    const int64_t moe = hp.n_expert > 0 ? hp.n_expert + (2 + (int64_t)hp.n_expert_used) * hp.n_embd : 0;
+    return (size_t)T * (size_t)(3 * hp.n_embd + 2 * q_width + 2 * kv_width + 2 * hp.ffn_width() + moe);
 }
 
 DeviceBytes device_bytes(Placement p, const HParams& hp, const PlacedWeights& pw, int64_t kv_blocks,
@@ -86,7 +88,7 @@ size_t cuda_weight_bytes(const WeightRef& w) {
 
 CudaScratchParts cuda_scratch_parts(const HParams& hp, int64_t T) {
     const int64_t q_width = (int64_t)hp.n_head * hp.head_dim;
-    const int64_t widest = std::max<int64_t>({hp.n_embd, q_width, hp.n_ff});
+    const int64_t widest = std::max<int64_t>({hp.n_embd, q_width, hp.ffn_width()});
     CudaScratchParts p;
     p.activations = act_scratch_floats(hp, T) * sizeof(float);
     p.logits = (size_t)T * (size_t)hp.n_vocab * sizeof(float);

@@ -40,6 +40,9 @@ Model::Model(const std::string& path, int n_threads, int64_t kv_blocks, int kv_b
         throw std::invalid_argument(std::string("a ") + cache_type_name(kv_types.k) + "/" + cache_type_name(kv_types.v) +
                                     " KV cache runs on the CPU with the fast numerics only; use an f16 cache " +
                                     (numerics == Numerics::LlamaCpp ? "with numerics=llama.cpp" : "with GPU layers"));
+    if (hp_.n_expert > 0 && n_gpu_layers != 0)
+        throw std::invalid_argument("mixture-of-experts models (" + hp_.arch + ") run on the CPU only in this version; "
+                                    "use n_gpu_layers = 0");
     placement_ = place_layers(hp_.n_layer, n_gpu_layers);
     pool_ = std::make_unique<ThreadPool>(n_threads);
     isa_ = best_isa();

@@ -54,6 +54,12 @@ struct HParams {
     float embd_scale = 1.f;               // token embeddings are multiplied by this (gemma)
     float attn_softcap = 0.f;             // attention scores soft-capped at this (gemma2), 0 = none
     float final_softcap = 0.f;            // logits soft-capped at this (gemma2), 0 = none
+    // Mixture of experts (qwen3moe): experts per layer, experts each token uses, their FFN width.
+    // 0 experts = a dense FFN of width n_ff.
+    int n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
+
+    // The widest FFN activation: the dense FFN's or an expert's.
+    int64_t ffn_width() const { return n_ff > n_ff_exp ? n_ff : n_ff_exp; }
 
     // LongRoPE: the long factors when a sequence's context exceeds the original one
     // (rope.scaling.original_context_length), else the short ones. No-op for other files.
@@ -76,6 +82,10 @@ struct HParams {
 struct LayerWeights {
     WeightRef attn_norm, wq, wk, wv, wo, bq, bk, bv, q_norm, k_norm, attn_post_norm;
     WeightRef ffn_norm, w_gate, w_up, w_down, ffn_post_norm;
+    // Mixture of experts: the router [n_embd -> n_expert] and, per expert, a view of its rows of
+    // the file's 3-D ffn_{gate,up,down}_exps tensors (n_expert entries each; empty when dense).
+    WeightRef ffn_gate_inp;
+    std::vector<WeightRef> gate_exps, up_exps, down_exps;
 };
 
 struct ModelWeights {
@@ -123,7 +133,7 @@ const ArchSpec* find_arch(const std::string& name);   // nullptr when unsupporte
 // Hyper-parameters and weight views (checked, not read) of a GGUF: what loading and the
 // planner both start from.
 const ArchSpec* describe_model(const GGUFFile& f, HParams& hp, ModelWeights& w);
-std::string supported_archs();                         // "gemma2, gemma3, llama, phi3, qwen2, qwen3"
+std::string supported_archs();                         // "gemma2, gemma3, llama, phi3, qwen2, qwen3, qwen3moe"
 
 class Model {
 public:

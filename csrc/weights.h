@@ -15,17 +15,29 @@ namespace lll {
 // rows a whole number of blocks; a Vector (norm weight, bias) is 1-D F32.
 enum class WeightKind { Matrix, Vector };
 // Its dimensions, in the model's hyper-parameters.
-enum class Dim { One, Embd, QWidth, KVWidth, FF, HeadDim };
+enum class Dim { One, Embd, QWidth, KVWidth, FF, HeadDim, FFExp, NExpert };
+// Whether the file must hold it: always; never; when the model's FFN is dense (no experts);
+// when it has experts.
+enum class Need { Always, Optional, Dense, Experts };
 
 struct LayerWeightSpec {
     const char* suffix;                 // GGUF name after "blk.N."
     WeightRef LayerWeights::*member;
     WeightKind kind;
     Dim ne0, ne1;                       // row length, rows (One for vectors)
-    bool required;
+    Need need;
 };
 // In the order a token uses them (the order of the CPU's repacked arena).
 const std::vector<LayerWeightSpec>& layer_weight_specs();
+
+// A mixture-of-experts layer's 3-D tensor [ne0, ne1, n_expert]: expert e's matrix is its e-th
+// slice of ne1 rows, which loading gives as a view (no copy). Required when the model has experts.
+struct ExpertWeightSpec {
+    const char* suffix;
+    std::vector<WeightRef> LayerWeights::*member;
+    Dim ne0, ne1;
+};
+const std::vector<ExpertWeightSpec>& expert_weight_specs();
 
 // A fused matrix some architectures store instead of several (Phi-3: attn_qkv holds Q, K and V;
 // ffn_up holds gate then up): its rows are the parts' rows one after another, and loading gives
@@ -52,7 +64,7 @@ WeightRef load_weight(const GGUFFile& f, const std::string& name, WeightKind kin
 // weights of the list; refuses blk.N.* tensors at or beyond block_count.
 void load_model_weights(const GGUFFile& f, const HParams& hp, ModelWeights& w);
 
-// The list's matrices / vectors of one layer, in its order.
+// The list's matrices (then each expert's gate, up and down) / vectors of one layer, in its order.
 std::vector<WeightRef*> layer_matrices(LayerWeights& L);
 std::vector<WeightRef*> layer_vectors(LayerWeights& L);
 

@@ -18,7 +18,7 @@ from test_weights import LAYERS, tiny_tensors, write_model  # noqa: E402
 from tiny_checkpoints import N_TOKENS, TOL, build, hf_logits, row_rel_err  # noqa: E402
 
 
-@pytest.mark.parametrize("family", ["qwen3", "phi3", "gemma2"])
+@pytest.mark.parametrize("family", ["qwen3", "qwen3moe", "phi3", "gemma2"])
 def test_architecture_matches_transformers(family, tmp_path):
     src = build(family, None, tmp_path / family)
     out = tmp_path / f"{family}-f32.gguf"
@@ -29,6 +29,9 @@ def test_architecture_matches_transformers(family, tmp_path):
         assert not {"blk.0.attn_q.weight", "blk.0.ffn_gate.weight"} & names
     elif family == "qwen3":
         assert {"blk.0.attn_q_norm.weight", "blk.0.attn_k_norm.weight"} <= names
+    elif family == "qwen3moe":  # llama.cpp's layout: the router and the experts stacked in 3-D
+        assert {"blk.0.ffn_gate_inp.weight", "blk.1.ffn_gate_exps.weight", "blk.1.ffn_down_exps.weight"} <= names
+        assert "blk.0.ffn_gate.weight" not in names
     ids = [int(i) for i in np.random.default_rng(2).integers(100, 40000, N_TOKENS)]
     ours = LLM(str(out), n_ctx=N_TOKENS + 1, seed=0).logits(ids)
     ref = hf_logits(src, ids)

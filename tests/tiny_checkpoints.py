@@ -21,6 +21,8 @@ LLAMA = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_at
              rms_norm_eps=1e-5, tie_word_embeddings=True, bos_token_id=1, eos_token_id=2)
 QWEN2 = dict(LLAMA, vocab_size=151936, bos_token_id=151643, eos_token_id=151645)
 QWEN3 = dict(QWEN2, head_dim=64)     # Q is 4 x 64 = 256 wide on a 128-wide model, as Qwen3's are
+# 8 experts of width 64, 2 per token, weights renormalized (as Qwen3-30B-A3B's config has it).
+QWEN3MOE = dict(QWEN3, moe_intermediate_size=64, num_experts=8, num_experts_per_tok=2, norm_topk_prob=True)
 PHI3 = dict(LLAMA, tie_word_embeddings=False, pad_token_id=0)
 # Gemma 2 with a 16-token window (alternate layers) and strong soft-capping, so both matter over
 # 192 tokens; Gemma 3's tokenizer (vocabulary 262144).
@@ -56,6 +58,7 @@ def build(family: str, rope: dict | None, out: Path) -> Path:
         "llama": (tf.LlamaConfig, tf.LlamaForCausalLM, LLAMA, "smollm2"),
         "qwen2": (tf.Qwen2Config, tf.Qwen2ForCausalLM, QWEN2, "qwen2"),
         "qwen3": (tf.Qwen3Config, tf.Qwen3ForCausalLM, QWEN3, "qwen2"),
+        "qwen3moe": (tf.Qwen3MoeConfig, tf.Qwen3MoeForCausalLM, QWEN3MOE, "qwen2"),
         "phi3": (tf.Phi3Config, tf.Phi3ForCausalLM, PHI3, "smollm2"),
         "gemma2": (tf.Gemma2Config, tf.Gemma2ForCausalLM, GEMMA2, "gemma3")}[family]
     params = rope or {"rope_type": "default", "rope_theta": 1e6 if family.startswith("qwen") else 10000.0}
