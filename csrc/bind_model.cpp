@@ -143,6 +143,7 @@ public:
         describe_model(*file_, hp_, w_);
     }
     int n_layer() const { return hp_.n_layer; }
+    int gpu_layers_max() const { return lll::gpu_layers_max(hp_); }
     py::dict bytes(int n_gpu_layers, int64_t kv_blocks, int kv_block_size, int64_t n_batch,
                    const std::string& cache_type_k, const std::string& cache_type_v) {
         if (kv_blocks < 1 || kv_block_size < 1 || n_batch < 1)
@@ -177,6 +178,8 @@ void register_model(py::module_& m) {
                  return new Footprint(path, parse_numerics(numerics));
              }), py::arg("path"), py::arg("numerics") = "fast")
         .def_property_readonly("n_layer", &Footprint::n_layer)
+        .def_property_readonly("gpu_layers_max", &Footprint::gpu_layers_max,
+                               "The most layers a GPU can run (0 for mixture-of-experts models).")
         .def("bytes", &Footprint::bytes, py::arg("n_gpu_layers"), py::arg("kv_blocks"), py::arg("kv_block_size"),
              py::arg("n_batch"), py::arg("cache_type_k") = "f16", py::arg("cache_type_v") = "f16",
              "{device: {'weights', 'kv', 'scratch'}} for the last n_gpu_layers layers (and the output head) on "

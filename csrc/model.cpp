@@ -24,6 +24,8 @@ const ArchSpec* describe_model(const GGUFFile& f, HParams& hp, ModelWeights& w) 
     return spec;
 }
 
+int gpu_layers_max(const HParams& hp) { return hp.n_expert > 0 ? 0 : hp.n_layer; }
+
 Model::Model(const std::string& path, int n_threads, int64_t kv_blocks, int kv_block_size, Numerics numerics,
              int n_gpu_layers, KVTypes kv_types, int64_t n_ctx_seq)
     : path_(path), numerics_(numerics) {
@@ -40,7 +42,7 @@ Model::Model(const std::string& path, int n_threads, int64_t kv_blocks, int kv_b
         throw std::invalid_argument(std::string("a ") + cache_type_name(kv_types.k) + "/" + cache_type_name(kv_types.v) +
                                     " KV cache runs on the CPU with the fast numerics only; use an f16 cache " +
                                     (numerics == Numerics::LlamaCpp ? "with numerics=llama.cpp" : "with GPU layers"));
-    if (hp_.n_expert > 0 && n_gpu_layers != 0)
+    if (gpu_layers_max(hp_) < hp_.n_layer && n_gpu_layers > gpu_layers_max(hp_))
         throw std::invalid_argument("mixture-of-experts models (" + hp_.arch + ") run on the CPU only in this version; "
                                     "use n_gpu_layers = 0");
     placement_ = place_layers(hp_.n_layer, n_gpu_layers);

@@ -133,6 +133,9 @@ const ArchSpec* find_arch(const std::string& name);   // nullptr when unsupporte
 // Hyper-parameters and weight views (checked, not read) of a GGUF: what loading and the
 // planner both start from.
 const ArchSpec* describe_model(const GGUFFile& f, HParams& hp, ModelWeights& w);
+// The most layers of this model a GPU backend can run: mixture-of-experts layers (routing on the
+// host) run on the CPU only, so 0 for a file with experts; else every layer.
+int gpu_layers_max(const HParams& hp);
 std::string supported_archs();                         // "gemma2, gemma3, llama, phi3, qwen2, qwen3, qwen3moe"
 
 class Model {

@@ -104,7 +104,7 @@ def plan_for(args: argparse.Namespace, path: str):
     plan = plan_layers(bytes_of, footprint.n_layer, dev["n_gpu_layers"], n_ctx=n_ctx,
                        kv_block_size=16, n_batch=args.batch_size, kv_blocks=pool,
                        ctx_set=args.ctx_size is not None, gpu_free=gpu_free,
-                       gpu_margin=dev["gpu_margin"])
+                       gpu_margin=dev["gpu_margin"], gpu_layers_max=footprint.gpu_layers_max)
     if gpu_free is None and plan.n_gpu_layers:
         plan.notes.append("no GPU free memory known (no GPU, or no CUDA backend in this build): "
                           "pass --gpu-free to check the fit")

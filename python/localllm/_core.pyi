@@ -86,6 +86,7 @@ class Sampler:
 class Footprint:
     def __init__(self, path: str, numerics: str = "fast") -> None: ...
     n_layer: int
+    gpu_layers_max: int
     def bytes(self, n_gpu_layers: int, kv_blocks: int, kv_block_size: int,
               n_batch: int, cache_type_k: str = "f16",
               cache_type_v: str = "f16") -> dict[str, dict[str, int]]: ...

@@ -211,7 +211,7 @@ class LLM:
         footprint = _core.Footprint(str(self.model_path), self.numerics)
         plan = plan_layers(footprint.bytes, footprint.n_layer, ngl, n_ctx=n_ctx,
                            kv_block_size=kv_block_size, n_batch=self.n_batch, kv_blocks=pool,
-                           ctx_set=ctx_set, gpu_free=gpu_free, gpu_margin=gpu_margin)
+                           ctx_set=ctx_set, gpu_free=gpu_free, gpu_margin=gpu_margin, gpu_layers_max=footprint.gpu_layers_max)
         if not plan.fits:
             raise MemoryError(f"{self.model_path.name}: " + plan.notes[-1])
         return plan

@@ -117,14 +117,20 @@ def _bytes(footprint: FootprintFn, ngl: int, kv_blocks: int, kv_block_size: int,
 def plan_layers(footprint: FootprintFn, n_layer: int, n_gpu_layers: NGpuLayers, *, n_ctx: int,
                 kv_block_size: int, n_batch: int, kv_blocks: int | None = None,
                 ctx_set: bool = True, gpu_free: int | None = None,
-                gpu_margin: int = DEFAULT_GPU_MARGIN) -> Plan:
+                gpu_margin: int = DEFAULT_GPU_MARGIN, gpu_layers_max: int | None = None) -> Plan:
     """Choose the layers on the GPU and the KV pool.
 
     kv_blocks: a pool the user set (the null block included), or None for the default one
     sized for n_ctx. ctx_set: n_ctx was given by the user (then the default pool is not
     shrunk either). gpu_free: free GPU bytes (None: no GPU; auto then plans 0 layers).
+    gpu_layers_max: the most layers the model can run on a GPU (Footprint.gpu_layers_max; 0 for
+    mixture-of-experts models): auto plans no more, a larger count is refused.
     """
     ngl = parse_n_gpu_layers(n_gpu_layers)
+    most = n_layer if gpu_layers_max is None else min(n_layer, gpu_layers_max)
+    if most < n_layer and (ngl == "all" or isinstance(ngl, int) and ngl > most):
+        raise ValueError(f"n_gpu_layers={ngl!r}: this model's layers run on the CPU only "
+                         f"(mixture-of-experts layers have no GPU path yet); use n_gpu_layers=0")
     if gpu_margin < 0:
         raise ValueError(f"gpu_margin must be >= 0, got {gpu_margin}")
     budget = None if gpu_free is None else gpu_free - gpu_margin
@@ -153,11 +159,15 @@ def plan_layers(footprint: FootprintFn, n_layer: int, n_gpu_layers: NGpuLayers, 
         return None
 
     if ngl == "auto":
+        if most == 0:
+            p = make(0, n_ctx)
+            p.notes.append("auto: this model's layers run on the CPU only (mixture of experts)")
+            return p
         if budget is None:
             p = make(0, n_ctx)
             p.notes.append("auto: no GPU (or no CUDA backend in this build): every layer on the CPU")
             return p
-        for layers in range(n_layer, -1, -1):
+        for layers in range(most, -1, -1):
             p = first_fit(layers)
             if p is not None:
                 p.notes.append(f"auto: {layers} of {n_layer} layers fit on the GPU")
