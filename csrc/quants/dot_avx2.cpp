@@ -167,73 +167,6 @@ inline __m256i scale_pair(__m256i sc16, int g) {
                                                       2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3));
 }
 
-// Q4_K / Q5_K super-block: the integer sums sum(sc * q * y) (8 int32 lanes) and sum(m * bsums).
-struct K45Sums { __m256i qy, mins; };
-
-inline K45Sums q45_K_sums(const uint8_t* scales12, const uint8_t* qs, const uint8_t* qh, const block_q8_K& x) {
-    int sc[8], mn[8];
-    for (int j = 0; j < 8; ++j) k4_scale_min(scales12, j, &sc[j], &mn[j]);
-    __m256i isum = _mm256_setzero_si256();
-    const __m256i low4 = _mm256_set1_epi8(0x0F);
-    const __m256i hbits = qh ? _mm256_loadu_si256((const __m256i*)qh) : _mm256_setzero_si256();
-    for (int j = 0; j < 4; ++j) {
-        const __m256i q = _mm256_loadu_si256((const __m256i*)(qs + 32 * j));
-        __m256i lo = _mm256_and_si256(q, low4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
-        if (qh) {   // 5th bits: bit 2j of qh[l] for the low nibbles, bit 2j + 1 for the high ones
-            const __m256i one = _mm256_set1_epi8(1);
-            lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 2 * j), one), 4));
-            hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 2 * j + 1), one), 4));
-        }
-        const __m256i y0 = _mm256_loadu_si256((const __m256i*)(x.qs + 64 * j));
-        const __m256i y1 = _mm256_loadu_si256((const __m256i*)(x.qs + 64 * j + 32));
-        const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, y0), _mm256_set1_epi16((short)sc[2 * j]));
-        const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, y1), _mm256_set1_epi16((short)sc[2 * j + 1]));
-        isum = _mm256_add_epi32(isum, _mm256_add_epi32(p0, p1));
-    }
-    alignas(32) int16_t m16[16];
-    for (int g = 0; g < 16; ++g) m16[g] = (int16_t)mn[g / 2];
-    const __m256i bsums = _mm256_loadu_si256((const __m256i*)x.bsums);
-    return {isum, _mm256_madd_epi16(bsums, _mm256_load_si256((const __m256i*)m16))};
-}
-
-template <bool kFive>
-inline void q45_K_superblock(const uint8_t* blk, const block_q8_K& x, __m256& acc) {
-    const uint8_t* scales = blk + 4;
-    const uint8_t* qh = kFive ? blk + 4 + K_SCALE_SIZE : nullptr;
-    const uint8_t* qs = kFive ? blk + 4 + K_SCALE_SIZE + QK_K / 8 : blk + 4 + K_SCALE_SIZE;
-    const K45Sums s = q45_K_sums(scales, qs, qh, x);
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s.qy), _mm256_set1_ps(h2f(load_u16(blk)) * x.d), acc);
-    acc = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(s.mins), _mm256_set1_ps(h2f(load_u16(blk + 2)) * x.d), acc);
-}
-
-inline void q6_K_superblock(const uint8_t* blk, const block_q8_K& x, __m256& acc) {
-    const block_q6_K* b = (const block_q6_K*)blk;
-    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)b->scales));
-    const __m256i low4 = _mm256_set1_epi8(0x0F), two = _mm256_set1_epi8(3);
-    __m256i isum = _mm256_setzero_si256();
-    for (int h = 0; h < 2; ++h) {
-        const __m256i ql0 = _mm256_loadu_si256((const __m256i*)(b->ql + 64 * h));
-        const __m256i ql1 = _mm256_loadu_si256((const __m256i*)(b->ql + 64 * h + 32));
-        const __m256i qh = _mm256_loadu_si256((const __m256i*)(b->qh + 32 * h));
-        // elements 128h + 32s + l: low bits from ql0 / ql1 (nibble s >> 1), high bits qh >> 2s
-        auto six_bits = [&](__m256i low, int s) {
-            const __m256i high = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * s), two);
-            return _mm256_or_si256(_mm256_and_si256(low, low4), _mm256_slli_epi16(high, 4));
-        };
-        const __m256i q[4] = {six_bits(ql0, 0), six_bits(ql1, 1), six_bits(_mm256_srli_epi16(ql0, 4), 2),
-                              six_bits(_mm256_srli_epi16(ql1, 4), 3)};
-        for (int s = 0; s < 4; ++s) {
-            const int g = 8 * h + 2 * s;   // 16-element groups g, g + 1
-            const __m256i y = _mm256_loadu_si256((const __m256i*)(x.qs + 128 * h + 32 * s));
-            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(q[s], y), scale_pair(sc16, g)));
-        }
-    }
-    // quants are stored + 32: subtract 32 * sum(sc * bsums), exactly, in int32
-    const __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)x.bsums), sc16);
-    isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(off, 5));
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(h2f(b->d) * x.d), acc);
-}
-
 inline void q2_K_superblock(const uint8_t* blk, const block_q8_K& x, __m256& acc) {
     const block_q2_K* b = (const block_q2_K*)blk;
     const __m128i sc = _mm_loadu_si128((const __m128i*)b->scales);
@@ -294,17 +227,14 @@ inline void iq4_xs_superblock(const uint8_t* blk, const block_q8_K& x, __m256& a
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(h2f(b->d) * x.d), acc);
 }
 
-template <int kType>   // 0: Q4_K, 1: Q5_K, 2: Q6_K, 3: Q2_K, 4: Q3_K, 5: IQ4_XS
+template <int kType>   // 3: Q2_K, 4: Q3_K, 5: IQ4_XS (Q4_K, Q5_K, Q6_K: KMultiTile below)
 struct KStep {
-    static constexpr int kBytes = kType == 0 ? sizeof(block_q4_K) : kType == 1 ? sizeof(block_q5_K)
-                                : kType == 2 ? sizeof(block_q6_K) : kType == 3 ? sizeof(block_q2_K)
-                                : kType == 4 ? sizeof(block_q3_K) : sizeof(block_iq4_xs);
+    static constexpr int kBytes = kType == 3 ? sizeof(block_q2_K) : kType == 4 ? sizeof(block_q3_K)
+                                                                   : sizeof(block_iq4_xs);
     static void superblock(const uint8_t* blk, const block_q8_K& x, __m256& acc) {
         if constexpr (kType == 5) iq4_xs_superblock(blk, x, acc);
-        else if constexpr (kType == 2) q6_K_superblock(blk, x, acc);
         else if constexpr (kType == 3) q2_K_superblock(blk, x, acc);
-        else if constexpr (kType == 4) q3_K_superblock(blk, x, acc);
-        else q45_K_superblock<kType == 1>(blk, x, acc);
+        else q3_K_superblock(blk, x, acc);
     }
 };
 
@@ -319,6 +249,100 @@ struct KTile {
                 prefetch_ahead<S::kBytes>(w + r * ws + i * S::kBytes);
                 for (int c = 0; c < C; ++c)
                     S::superblock(w + r * ws + i * S::kBytes, ((const block_q8_K*)(x + c * xs))[i], acc[r][c]);
+            }
+        for (int r = 0; r < R; ++r)
+            for (int c = 0; c < C; ++c) y[c * ldy + r] = hsum8(acc[r][c]);
+    }
+};
+
+// K-quant tiles of R weight rows x C activation rows that unpack each weight super-block once
+// for all C activation rows (KTile unpacks it once per pair). A super-block is 8 parts of 32
+// quants, part t against activations 32t..32t+31, each with its int16 sub-block scales; U gives
+// the parts and the per-row finish. The integer sums are exact, and each (row, column)
+// accumulator takes the same FMAs per super-block as KTile's, so a product's bits do not depend
+// on the tile it was computed in.
+struct Q45Unpack {   // Q4_K (kFive false) / Q5_K
+    const uint8_t* blk;
+    bool five;
+    const uint8_t* qs;
+    int sc[8], mn[8];
+    __m256i hbits;
+    Q45Unpack(const uint8_t* b, bool kFive) : blk(b), five(kFive), qs(b + 4 + K_SCALE_SIZE + (kFive ? QK_K / 8 : 0)) {
+        for (int j = 0; j < 8; ++j) k4_scale_min(b + 4, j, &sc[j], &mn[j]);
+        hbits = kFive ? _mm256_loadu_si256((const __m256i*)(b + 4 + K_SCALE_SIZE)) : _mm256_setzero_si256();
+    }
+    // part t: the low (t even) or high nibbles of qs[32 (t / 2) ..], 5th bit t of qh
+    __m256i quants(int t) const {
+        const __m256i q = _mm256_loadu_si256((const __m256i*)(qs + 32 * (t / 2)));
+        __m256i v = _mm256_and_si256(t % 2 ? _mm256_srli_epi16(q, 4) : q, _mm256_set1_epi8(0x0F));
+        if (five) v = _mm256_or_si256(v, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, t), _mm256_set1_epi8(1)), 4));
+        return v;
+    }
+    __m256i scales(int t) const { return _mm256_set1_epi16((short)sc[t]); }
+    void finish(const block_q8_K& x, __m256i isum, __m256& acc) const {
+        alignas(32) int16_t m16[16];
+        for (int g = 0; g < 16; ++g) m16[g] = (int16_t)mn[g / 2];
+        const __m256i mins = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)x.bsums),
+                                               _mm256_load_si256((const __m256i*)m16));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(h2f(load_u16(blk)) * x.d), acc);
+        acc = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_set1_ps(h2f(load_u16(blk + 2)) * x.d), acc);
+    }
+};
+
+struct Q6Unpack {
+    const block_q6_K* b;
+    __m256i sc16;
+    explicit Q6Unpack(const uint8_t* blk)
+        : b((const block_q6_K*)blk), sc16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)b->scales))) {}
+    // part t = 4h + s: elements 128h + 32s + l, low bits from ql[64h + 32 (s & 1) + l] (nibble
+    // s >> 1), high bits (qh[32h + l] >> 2s) & 3; stored + 32
+    __m256i quants(int t) const {
+        const int h = t / 4, s = t % 4;
+        const __m256i ql = _mm256_loadu_si256((const __m256i*)(b->ql + 64 * h + 32 * (s & 1)));
+        const __m256i qh = _mm256_loadu_si256((const __m256i*)(b->qh + 32 * h));
+        const __m256i low = _mm256_and_si256(s >> 1 ? _mm256_srli_epi16(ql, 4) : ql, _mm256_set1_epi8(0x0F));
+        const __m256i high = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * s), _mm256_set1_epi8(3));
+        return _mm256_or_si256(low, _mm256_slli_epi16(high, 4));
+    }
+    __m256i scales(int t) const { return scale_pair(sc16, 2 * t); }
+    void finish(const block_q8_K& x, __m256i isum, __m256& acc) const {
+        // quants are stored + 32: subtract 32 * sum(sc * bsums), exactly, in int32
+        const __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)x.bsums), sc16);
+        isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(off, 5));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(h2f(b->d) * x.d), acc);
+    }
+};
+
+template <int kType>   // 0: Q4_K, 1: Q5_K, 2: Q6_K
+struct KUnpack {
+    static constexpr int kBytes = kType == 0 ? sizeof(block_q4_K) : kType == 1 ? sizeof(block_q5_K) : sizeof(block_q6_K);
+    static auto at(const uint8_t* blk) {
+        if constexpr (kType == 2) return Q6Unpack(blk);
+        else return Q45Unpack(blk, kType == 1);
+    }
+};
+
+template <class U, int R, int C>
+struct KMultiTile {
+    static void run(int64_t k, const uint8_t* w, size_t ws, const uint8_t* x, size_t xs, float* y, int64_t ldy) {
+        __m256 acc[R][C];
+        for (int r = 0; r < R; ++r)
+            for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
+        for (int64_t i = 0; i < k / QK_K; ++i)
+            for (int r = 0; r < R; ++r) {
+                const uint8_t* blk = w + r * ws + i * U::kBytes;
+                prefetch_ahead<U::kBytes>(blk);
+                const auto wb = U::at(blk);
+                __m256i isum[C];
+                for (int c = 0; c < C; ++c) isum[c] = _mm256_setzero_si256();
+                for (int t = 0; t < 8; ++t) {
+                    const __m256i q = wb.quants(t), sc = wb.scales(t);
+                    for (int c = 0; c < C; ++c) {
+                        const __m256i yv = _mm256_loadu_si256((const __m256i*)(((const block_q8_K*)(x + c * xs))[i].qs + 32 * t));
+                        isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(_mm256_maddubs_epi16(q, yv), sc));
+                    }
+                }
+                for (int c = 0; c < C; ++c) wb.finish(((const block_q8_K*)(x + c * xs))[i], isum[c], acc[r][c]);
             }
         for (int r = 0; r < R; ++r)
             for (int c = 0; c < C; ++c) y[c * ldy + r] = hsum8(acc[r][c]);
@@ -396,9 +420,9 @@ template <int R, int C> using Q4_1Tile = LegacyTile<Q4_1Step, R, C>;
 template <int R, int C> using Q5_0Tile = LegacyTile<Q5_0Step, R, C>;
 template <int R, int C> using Q5_1Tile = LegacyTile<Q5_1Step, R, C>;
 template <int R, int C> using Q8_0Tile = LegacyTile<Q8_0Step, R, C>;
-template <int R, int C> using Q4KTile = KTile<KStep<0>, R, C>;
-template <int R, int C> using Q5KTile = KTile<KStep<1>, R, C>;
-template <int R, int C> using Q6KTile = KTile<KStep<2>, R, C>;
+template <int R, int C> using Q4KTile = KMultiTile<KUnpack<0>, R, C>;
+template <int R, int C> using Q5KTile = KMultiTile<KUnpack<1>, R, C>;
+template <int R, int C> using Q6KTile = KMultiTile<KUnpack<2>, R, C>;
 template <int R, int C> using Q2KTile = KTile<KStep<3>, R, C>;
 template <int R, int C> using Q3KTile = KTile<KStep<4>, R, C>;
 template <int R, int C> using IQ4NLTile = LegacyTile<IQ4_NLStep, R, C>;
@@ -415,9 +439,9 @@ LLL_DEFINE_KERNEL_SET(avx2_q4_1, (make_tile_set<Q4_1Tile, 2, 2>(Isa::AVX2)))
 LLL_DEFINE_KERNEL_SET(avx2_q5_0, (make_tile_set<Q5_0Tile, 2, 2>(Isa::AVX2)))
 LLL_DEFINE_KERNEL_SET(avx2_q5_1, (make_tile_set<Q5_1Tile, 2, 2>(Isa::AVX2)))
 LLL_DEFINE_KERNEL_SET(avx2_q8_0, (make_tile_set<Q8_0Tile, 2, 2>(Isa::AVX2)))
-LLL_DEFINE_KERNEL_SET(avx2_q4_K, (make_tile_set<Q4KTile, 1, 1>(Isa::AVX2)))
-LLL_DEFINE_KERNEL_SET(avx2_q5_K, (make_tile_set<Q5KTile, 1, 1>(Isa::AVX2)))
-LLL_DEFINE_KERNEL_SET(avx2_q6_K, (make_tile_set<Q6KTile, 1, 1>(Isa::AVX2)))
+LLL_DEFINE_KERNEL_SET(avx2_q4_K, (make_tile_set<Q4KTile, 1, 4>(Isa::AVX2)))
+LLL_DEFINE_KERNEL_SET(avx2_q5_K, (make_tile_set<Q5KTile, 1, 4>(Isa::AVX2)))
+LLL_DEFINE_KERNEL_SET(avx2_q6_K, (make_tile_set<Q6KTile, 1, 4>(Isa::AVX2)))
 LLL_DEFINE_KERNEL_SET(avx2_q2_K, (make_tile_set<Q2KTile, 1, 1>(Isa::AVX2)))
 LLL_DEFINE_KERNEL_SET(avx2_q3_K, (make_tile_set<Q3KTile, 1, 1>(Isa::AVX2)))
 LLL_DEFINE_KERNEL_SET(avx2_f32, (make_tile_set<F32Tile, 2, 2>(Isa::AVX2)))
