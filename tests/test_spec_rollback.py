@@ -122,17 +122,39 @@ def test_ngram_lookup_proposes_what_followed_the_latest_match():
     prop.propose([seq], [16])
     assert seq.draft == [4, 9, 7]              # the 3-gram (1, 2, 3) matched at 0 (longest first)
     seq.tokens += [8, 2, 3]                    # now only the 2-gram (2, 3) matches: latest at 11
-    prop.propose([seq], [16])
-    assert seq.draft == [8, 2, 3]
-    prop.propose([seq], [2])                   # the request's limit caps the draft
-    assert seq.draft == [8, 2]
+    assert prop.lookup(seq, 3) == [8, 2, 3]
+    assert prop.lookup(seq, 2) == [8, 2]
     seq.tokens += [42]                         # no earlier (3, 42) or (2, 3, 42): no draft
-    prop.propose([seq], [16])
-    assert seq.draft == []
+    assert prop.lookup(seq, 3) == []
     seq.tokens += [1, 2, 3]                    # (1, 2, 3) again: latest earlier match at 10
+    prop = NgramProposer(SpecConfig(mode="ngram", draft_max=8, draft_min=4, ngram_max=4))
+    prop.propose([seq], [2])                   # the request's limit caps the draft ...
+    assert seq.draft == []                     # ... below draft_min
     prop = NgramProposer(SpecConfig(mode="ngram", draft_max=8, draft_min=4, ngram_max=4))
     prop.propose([seq], [16])
     assert seq.draft == [8, 2, 3, 42, 1, 2, 3]
     prop = NgramProposer(SpecConfig(mode="ngram", draft_max=8, draft_min=8, ngram_max=4))
     prop.propose([seq], [16])
     assert seq.draft == []                     # 7 tokens < draft_min: not worth verifying
+
+
+def test_ngram_draft_length_adapts_to_what_was_accepted():
+    """A draft cut short at a accepted tokens caps the next at a + 1; a draft accepted whole
+    doubles the cap, up to draft_max."""
+    from localllm.speculative import NgramProposer, SpecConfig
+    prop = NgramProposer(SpecConfig(mode="ngram", draft_max=8, ngram_min=1, ngram_max=1))
+    seq = Sequence(0, list(range(1, 20)) + [1], 20, BlockTable(BlockPool(4, BS)), arrival=0)
+    prop.propose([seq], [64])
+    assert seq.draft == list(range(2, 10))     # 1 was followed by 2, 3, ...: a full draft of 8
+    seq.tokens += [2, 3, 99]                   # the target accepted 2 and 3, then chose 99
+    seq.tokens += [1]                          # (its next token: 1 again)
+    prop.propose([seq], [64])
+    assert seq.draft == [2, 3, 99]             # capped at 2 accepted + 1 (latest match: the 1 at 19)
+    seq.tokens += [2, 3, 99, 5]                # all 3 accepted, and the bonus token
+    seq.tokens += [6, 1]
+    prop.propose([seq], [64])
+    assert len(seq.draft) == 6                 # doubled
+    seq.tokens += [77]                         # nothing accepted
+    seq.tokens += [1]
+    prop.propose([seq], [64])
+    assert len(seq.draft) == 1

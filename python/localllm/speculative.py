@@ -73,14 +73,24 @@ class SpecConfig:
 # ---- n-gram lookup ----
 @dataclass
 class _NgramIndex:
-    """For each n: n-gram -> the latest start p with tokens[p:p+n] followed by a token."""
+    """For each n: n-gram -> the latest start p with tokens[p:p+n] followed by a token; and
+    the sequence's adaptive draft length."""
     last: dict[int, dict[tuple, int]]
     indexed: dict[int, int]          # start positions indexed so far, per n
+    cap: int = 0                     # most tokens the next draft may have
+    pending: tuple[int, list[int]] | None = None   # (sequence length, draft) of the last draft
 
 
 class NgramProposer:
     """Prompt lookup decoding: propose what followed the last earlier occurrence of the
-    sequence's final n-gram. Its index grows with the sequence (tokens are never removed)."""
+    sequence's final n-gram. Its index grows with the sequence (tokens are never removed).
+
+    Each sequence's draft length adapts to what its last draft earned: after a draft the
+    target accepted whole, the cap doubles (up to draft_max); after one it cut short at a
+    accepted tokens, the next draft has at most a + 1. Text with nothing to copy then
+    verifies 1-token drafts (2 rows, about the cost of one) instead of draft_max + 1 rows a
+    step, and a run of copying grows back to draft_max in a few steps. Which tokens are
+    emitted does not change: only what is verified."""
 
     def __init__(self, config: SpecConfig):
         self.draft_max, self.draft_min = config.draft_max, config.draft_min
@@ -88,13 +98,32 @@ class NgramProposer:
 
     def propose(self, seqs: Seq[Sequence], limits: Seq[int]) -> None:
         for seq, limit in zip(seqs, limits):
-            draft = self.lookup(seq, min(limit, self.draft_max))
+            draft = self.lookup(seq, min(limit, self._cap(seq)))
             seq.draft = draft if len(draft) >= max(1, self.draft_min) else []
+            seq.spec_state.pending = (len(seq.tokens), list(seq.draft)) if seq.draft else None
 
-    def lookup(self, seq: Sequence, k: int) -> list[int]:
+    def _cap(self, seq: Sequence) -> int:
+        """The sequence's draft cap, updated from how much of its last draft was accepted (the
+        tokens appended since are the target's: the accepted prefix, then its own token)."""
+        index = self._index(seq)
+        if index.cap == 0:
+            index.cap = self.draft_max
+        if index.pending is not None:
+            start, draft = index.pending
+            after = seq.tokens[start:start + len(draft)]
+            accepted = next((i for i, (a, b) in enumerate(zip(after, draft)) if a != b), len(after))
+            full = accepted == len(draft)
+            index.cap = min(self.draft_max, 2 * index.cap) if full else max(1, accepted + 1)
+            index.pending = None
+        return index.cap
+
+    def _index(self, seq: Sequence) -> _NgramIndex:
         if not (isinstance(seq.spec_state, _NgramIndex) and list(seq.spec_state.last) == self.sizes):
             seq.spec_state = _NgramIndex({n: {} for n in self.sizes}, {n: 0 for n in self.sizes})
-        index: _NgramIndex = seq.spec_state
+        return seq.spec_state
+
+    def lookup(self, seq: Sequence, k: int) -> list[int]:
+        index = self._index(seq)
         tokens, length = seq.tokens, len(seq.tokens)
         for n in self.sizes:
             table = index.last[n]
