@@ -139,8 +139,8 @@ def test_ngram_lookup_proposes_what_followed_the_latest_match():
 
 
 def test_ngram_draft_length_adapts_to_what_was_accepted():
-    """A draft cut short at a accepted tokens caps the next at a + 1; a draft accepted whole
-    doubles the cap, up to draft_max."""
+    """A draft cut short at a accepted tokens halves the cap, but not below a + 1; a draft
+    accepted whole doubles it, up to draft_max."""
     from localllm.speculative import NgramProposer, SpecConfig
     prop = NgramProposer(SpecConfig(mode="ngram", draft_max=8, ngram_min=1, ngram_max=1))
     seq = Sequence(0, list(range(1, 20)) + [1], 20, BlockTable(BlockPool(4, BS)), arrival=0)
@@ -149,12 +149,12 @@ def test_ngram_draft_length_adapts_to_what_was_accepted():
     seq.tokens += [2, 3, 99]                   # the target accepted 2 and 3, then chose 99
     seq.tokens += [1]                          # (its next token: 1 again)
     prop.propose([seq], [64])
-    assert seq.draft == [2, 3, 99]             # capped at 2 accepted + 1 (latest match: the 1 at 19)
-    seq.tokens += [2, 3, 99, 5]                # all 3 accepted, and the bonus token
+    assert seq.draft == [2, 3, 99, 1]          # cap 8 halved to 4 (>= 2 accepted + 1); latest match: the 1 at 19
+    seq.tokens += [2, 3, 99, 1, 5]             # all 4 accepted, and the bonus token
     seq.tokens += [6, 1]
     prop.propose([seq], [64])
-    assert len(seq.draft) == 6                 # doubled
-    seq.tokens += [77]                         # nothing accepted
-    seq.tokens += [1]
-    prop.propose([seq], [64])
-    assert len(seq.draft) == 1
+    assert seq.spec_state.cap == 8             # doubled (the match itself has 3 tokens left)
+    for i, cap in enumerate((4, 2, 1, 1)):     # nothing accepted, again and again
+        seq.tokens += [70 + i, 1]
+        prop.propose([seq], [64])
+        assert seq.spec_state.cap == cap and len(seq.draft) <= cap

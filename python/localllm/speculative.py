@@ -87,7 +87,7 @@ class NgramProposer:
 
     Each sequence's draft length adapts to what its last draft earned: after a draft the
     target accepted whole, the cap doubles (up to draft_max); after one it cut short at a
-    accepted tokens, the next draft has at most a + 1. Text with nothing to copy then
+    accepted tokens, the cap halves, but not below a + 1. Text with nothing to copy soon
     verifies 1-token drafts (2 rows, about the cost of one) instead of draft_max + 1 rows a
     step, and a run of copying grows back to draft_max in a few steps. Which tokens are
     emitted does not change: only what is verified."""
@@ -113,7 +113,7 @@ class NgramProposer:
             after = seq.tokens[start:start + len(draft)]
             accepted = next((i for i, (a, b) in enumerate(zip(after, draft)) if a != b), len(after))
             full = accepted == len(draft)
-            index.cap = min(self.draft_max, 2 * index.cap) if full else max(1, accepted + 1)
+            index.cap = min(self.draft_max, 2 * index.cap) if full else max(accepted + 1, index.cap // 2)
             index.pending = None
         return index.cap
 
