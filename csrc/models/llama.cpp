@@ -11,7 +11,7 @@ static void llama_hparams(const GGUFFile& f, HParams& hp) {
     hp.rope_style = RopeStyle::Normal;
 }
 
-void llama_layer_forward(const LayerCtx& c, float* x, int64_t T) {
+void pre_norm_layer(const LayerCtx& c, float* x, int64_t T, FFNBlock ffn) {
     const HParams& hp = c.hp;
     Backend& be = c.be;
     const int64_t D = hp.n_embd;
@@ -21,9 +21,15 @@ void llama_layer_forward(const LayerCtx& c, float* x, int64_t T) {
     attention_block(c, h, T, y);
     be.add(x, y, T * D);
     be.rms_norm(x, c.L.ffn_norm, h, T, D, hp.norm_eps);
-    ffn_block(c, h, T, y, FFNAct::SiLU);
+    ffn(c, h, T, y);
     be.add(x, y, T * D);
 }
+
+static void swiglu_ffn(const LayerCtx& c, const float* h, int64_t T, float* out) {
+    ffn_block(c, h, T, out, FFNAct::SiLU);
+}
+
+void llama_layer_forward(const LayerCtx& c, float* x, int64_t T) { pre_norm_layer(c, x, T, swiglu_ffn); }
 
 extern const ArchSpec kLlamaArch = {"llama", llama_hparams, load_model_weights, llama_layer_forward};
 

@@ -3,6 +3,11 @@
 #include "../model.h"
 
 namespace lll {
-// x[T, n_embd] += attention(norm(x)); x += swiglu_ffn(norm(x))
+// out[T, n_embd] = an FFN sub-layer on the normalized input h[T, n_embd].
+using FFNBlock = void (*)(const LayerCtx& c, const float* h, int64_t T, float* out);
+
+// x[T, n_embd] += attention(norm(x)); x += ffn(norm(x))
+void pre_norm_layer(const LayerCtx& c, float* x, int64_t T, FFNBlock ffn);
+// pre_norm_layer with the SwiGLU FFN
 void llama_layer_forward(const LayerCtx& c, float* x, int64_t T);
 }

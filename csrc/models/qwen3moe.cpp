@@ -3,6 +3,7 @@
 // (moe_block.cpp) in every layer.
 #include <stdexcept>
 #include "layer_blocks.h"
+#include "llama.h"
 #include "../weights.h"
 
 namespace lll {
@@ -32,19 +33,7 @@ static void qwen3moe_weights(const GGUFFile& f, const HParams& hp, ModelWeights&
             throw std::invalid_argument("qwen3moe layer " + std::to_string(il) + " lacks attn_q_norm/attn_k_norm");
 }
 
-static void qwen3moe_layer_forward(const LayerCtx& c, float* x, int64_t T) {
-    const HParams& hp = c.hp;
-    Backend& be = c.be;
-    const int64_t D = hp.n_embd;
-    float* h = be.scratch().h;     // [T, D] normalized input of a sub-layer
-    float* y = be.scratch().tmp;   // [T, D] sub-layer output
-    be.rms_norm(x, c.L.attn_norm, h, T, D, hp.norm_eps);
-    attention_block(c, h, T, y);
-    be.add(x, y, T * D);
-    be.rms_norm(x, c.L.ffn_norm, h, T, D, hp.norm_eps);
-    moe_ffn_block(c, h, T, y);
-    be.add(x, y, T * D);
-}
+static void qwen3moe_layer_forward(const LayerCtx& c, float* x, int64_t T) { pre_norm_layer(c, x, T, moe_ffn_block); }
 
 extern const ArchSpec kQwen3MoeArch = {"qwen3moe", qwen3moe_hparams, qwen3moe_weights, qwen3moe_layer_forward};
 

@@ -167,101 +167,13 @@ inline __m256i scale_pair(__m256i sc16, int g) {
                                                       2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3));
 }
 
-inline void q2_K_superblock(const uint8_t* blk, const block_q8_K& x, __m256& acc) {
-    const block_q2_K* b = (const block_q2_K*)blk;
-    const __m128i sc = _mm_loadu_si128((const __m128i*)b->scales);
-    const __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(sc, _mm_set1_epi8(0x0F)));
-    const __m256i three = _mm256_set1_epi8(3);
-    __m256i isum = _mm256_setzero_si256();
-    for (int h = 0; h < 2; ++h) {
-        const __m256i q2 = _mm256_loadu_si256((const __m256i*)(b->qs + 32 * h));
-        for (int s = 0; s < 4; ++s) {   // elements 128h + 32s + l: (qs[32h + l] >> 2s) & 3
-            const int g = 8 * h + 2 * s;
-            const __m256i q = _mm256_and_si256(_mm256_srli_epi16(q2, 2 * s), three);
-            const __m256i y = _mm256_loadu_si256((const __m256i*)(x.qs + 128 * h + 32 * s));
-            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(q, y), scale_pair(sc16, g)));
-        }
-    }
-    // mins: high nibbles of the scales, one per 16-element group, against bsums
-    const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc, 4), _mm_set1_epi8(0x0F)));
-    const __m256i summ = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)x.bsums), mins);
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(h2f(b->d) * x.d), acc);
-    acc = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(summ), _mm256_set1_ps(h2f(b->dmin) * x.d), acc);
-}
-
-inline void q3_K_superblock(const uint8_t* blk, const block_q8_K& x, __m256& acc) {
-    const block_q3_K* b = (const block_q3_K*)blk;
-    const __m256i sc16 = _mm256_cvtepi8_epi16(q3_K_scales_i8(b->scales));   // 16 signed scales
-    const __m256i three = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
-    const __m256i hm = _mm256_loadu_si256((const __m256i*)b->hmask);
-    __m256i isum = _mm256_setzero_si256();
-    for (int h = 0; h < 2; ++h) {
-        const __m256i q3 = _mm256_loadu_si256((const __m256i*)(b->qs + 32 * h));
-        for (int s = 0; s < 4; ++s) {
-            // value = low - 4 + 4 * high = q' - 4 with q' = low | high << 2 in [0, 7]
-            const int g = 8 * h + 2 * s;
-            const __m256i low = _mm256_and_si256(_mm256_srli_epi16(q3, 2 * s), three);
-            const __m256i high = _mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + s), one);
-            const __m256i q = _mm256_or_si256(low, _mm256_slli_epi16(high, 2));
-            const __m256i y = _mm256_loadu_si256((const __m256i*)(x.qs + 128 * h + 32 * s));
-            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(q, y), scale_pair(sc16, g)));
-        }
-    }
-    const __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)x.bsums), sc16);
-    isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(off, 2));   // - 4 * sum(sc * bsums), exact
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(h2f(b->d) * x.d), acc);
-}
-
-// IQ4_XS super-block: per 32-element sub-block the grid values times the activations in int16
-// pairs (|grid|, |y| <= 127: no saturation), times the sub-block scale by vpmaddwd; exact int32.
-inline void iq4_xs_superblock(const uint8_t* blk, const block_q8_K& x, __m256& acc) {
-    const block_iq4_xs* b = (const block_iq4_xs*)blk;
-    __m256i isum = _mm256_setzero_si256();
-    for (int ib = 0; ib < QK_K / 32; ++ib) {
-        const int ls = ((b->scales_l[ib / 2] >> 4 * (ib % 2)) & 0x0F) | (((b->scales_h >> 2 * ib) & 3) << 4);
-        const __m256i q = iq4_grid(unpack_nibbles_16(b->qs + 16 * ib));
-        const __m256i y = _mm256_loadu_si256((const __m256i*)(x.qs + 32 * ib));
-        const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(y, q));
-        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p16, _mm256_set1_epi16((int16_t)(ls - 32))));
-    }
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(h2f(b->d) * x.d), acc);
-}
-
-template <int kType>   // 3: Q2_K, 4: Q3_K, 5: IQ4_XS (Q4_K, Q5_K, Q6_K: KMultiTile below)
-struct KStep {
-    static constexpr int kBytes = kType == 3 ? sizeof(block_q2_K) : kType == 4 ? sizeof(block_q3_K)
-                                                                   : sizeof(block_iq4_xs);
-    static void superblock(const uint8_t* blk, const block_q8_K& x, __m256& acc) {
-        if constexpr (kType == 5) iq4_xs_superblock(blk, x, acc);
-        else if constexpr (kType == 3) q2_K_superblock(blk, x, acc);
-        else q3_K_superblock(blk, x, acc);
-    }
-};
-
-template <class S, int R, int C>
-struct KTile {
-    static void run(int64_t k, const uint8_t* w, size_t ws, const uint8_t* x, size_t xs, float* y, int64_t ldy) {
-        __m256 acc[R][C];
-        for (int r = 0; r < R; ++r)
-            for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
-        for (int64_t i = 0; i < k / QK_K; ++i)
-            for (int r = 0; r < R; ++r) {
-                prefetch_ahead<S::kBytes>(w + r * ws + i * S::kBytes);
-                for (int c = 0; c < C; ++c)
-                    S::superblock(w + r * ws + i * S::kBytes, ((const block_q8_K*)(x + c * xs))[i], acc[r][c]);
-            }
-        for (int r = 0; r < R; ++r)
-            for (int c = 0; c < C; ++c) y[c * ldy + r] = hsum8(acc[r][c]);
-    }
-};
-
 // K-quant tiles of R weight rows x C activation rows that unpack each weight super-block once
-// for all C activation rows (KTile unpacks it once per pair). A super-block is 8 parts of 32
-// quants, part t against activations 32t..32t+31, each with its int16 sub-block scales; U gives
-// the parts and the per-row finish. The integer sums are exact, and each (row, column)
-// accumulator takes the same FMAs per super-block as KTile's, so a product's bits do not depend
-// on the tile it was computed in.
-struct Q45Unpack {   // Q4_K (kFive false) / Q5_K
+// for all C activation rows. A super-block is 8 parts of 32 quants, part t against activations
+// 32t..32t+31, each with its int16 sub-block scales; the unpacker U gives the parts, how a part
+// multiplies the activations (unsigned quants: vpmaddubsw; signed: the vpsign trick), and the
+// per-row finish (mins or offsets against the activations' block sums, then the FMAs). The
+// integer sums are exact, so a product's bits do not depend on the tile it was computed in.
+struct Q45Unpack {   // Q4_K (five false) / Q5_K
     const uint8_t* blk;
     bool five;
     const uint8_t* qs;
@@ -279,6 +191,7 @@ struct Q45Unpack {   // Q4_K (kFive false) / Q5_K
         return v;
     }
     __m256i scales(int t) const { return _mm256_set1_epi16((short)sc[t]); }
+    static __m256i dot(__m256i q, __m256i y) { return _mm256_maddubs_epi16(q, y); }
     void finish(const block_q8_K& x, __m256i isum, __m256& acc) const {
         alignas(32) int16_t m16[16];
         for (int g = 0; g < 16; ++g) m16[g] = (int16_t)mn[g / 2];
@@ -305,6 +218,7 @@ struct Q6Unpack {
         return _mm256_or_si256(low, _mm256_slli_epi16(high, 4));
     }
     __m256i scales(int t) const { return scale_pair(sc16, 2 * t); }
+    static __m256i dot(__m256i q, __m256i y) { return _mm256_maddubs_epi16(q, y); }
     void finish(const block_q8_K& x, __m256i isum, __m256& acc) const {
         // quants are stored + 32: subtract 32 * sum(sc * bsums), exactly, in int32
         const __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)x.bsums), sc16);
@@ -313,33 +227,95 @@ struct Q6Unpack {
     }
 };
 
-template <int kType>   // 0: Q4_K, 1: Q5_K, 2: Q6_K
-struct KUnpack {
-    static constexpr int kBytes = kType == 0 ? sizeof(block_q4_K) : kType == 1 ? sizeof(block_q5_K) : sizeof(block_q6_K);
-    static auto at(const uint8_t* blk) {
-        if constexpr (kType == 2) return Q6Unpack(blk);
-        else return Q45Unpack(blk, kType == 1);
+struct Q2Unpack {
+    const block_q2_K* b;
+    __m128i sc;
+    __m256i sc16;   // the low nibbles: 16 scales
+    explicit Q2Unpack(const uint8_t* blk)
+        : b((const block_q2_K*)blk), sc(_mm_loadu_si128((const __m128i*)b->scales)),
+          sc16(_mm256_cvtepu8_epi16(_mm_and_si128(sc, _mm_set1_epi8(0x0F)))) {}
+    // part t = 4h + s: elements 128h + 32s + l = (qs[32h + l] >> 2s) & 3
+    __m256i quants(int t) const {
+        const __m256i q2 = _mm256_loadu_si256((const __m256i*)(b->qs + 32 * (t / 4)));
+        return _mm256_and_si256(_mm256_srli_epi16(q2, 2 * (t % 4)), _mm256_set1_epi8(3));
+    }
+    __m256i scales(int t) const { return scale_pair(sc16, 2 * t); }
+    static __m256i dot(__m256i q, __m256i y) { return _mm256_maddubs_epi16(q, y); }
+    void finish(const block_q8_K& x, __m256i isum, __m256& acc) const {
+        // mins: high nibbles of the scales, one per 16-element group, against bsums
+        const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc, 4), _mm_set1_epi8(0x0F)));
+        const __m256i summ = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)x.bsums), mins);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(h2f(b->d) * x.d), acc);
+        acc = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(summ), _mm256_set1_ps(h2f(b->dmin) * x.d), acc);
     }
 };
 
-template <class U, int R, int C>
-struct KMultiTile {
+struct Q3Unpack {
+    const block_q3_K* b;
+    __m256i sc16;   // 16 signed scales
+    explicit Q3Unpack(const uint8_t* blk)
+        : b((const block_q3_K*)blk), sc16(_mm256_cvtepi8_epi16(q3_K_scales_i8(b->scales))) {}
+    // part t = 4h + s: value = low - 4 + 4 * high = q' - 4 with q' = low | high << 2 in [0, 7],
+    // low = (qs[32h + l] >> 2s) & 3, high = bit 4h + s of hmask[l]
+    __m256i quants(int t) const {
+        const int h = t / 4, s = t % 4;
+        const __m256i q3 = _mm256_loadu_si256((const __m256i*)(b->qs + 32 * h));
+        const __m256i hm = _mm256_loadu_si256((const __m256i*)b->hmask);
+        const __m256i low = _mm256_and_si256(_mm256_srli_epi16(q3, 2 * s), _mm256_set1_epi8(3));
+        const __m256i high = _mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + s), _mm256_set1_epi8(1));
+        return _mm256_or_si256(low, _mm256_slli_epi16(high, 2));
+    }
+    __m256i scales(int t) const { return scale_pair(sc16, 2 * t); }
+    static __m256i dot(__m256i q, __m256i y) { return _mm256_maddubs_epi16(q, y); }
+    void finish(const block_q8_K& x, __m256i isum, __m256& acc) const {
+        const __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)x.bsums), sc16);
+        isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(off, 2));   // - 4 * sum(sc * bsums), exact
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(h2f(b->d) * x.d), acc);
+    }
+};
+
+// IQ4_XS: per 32-element sub-block the grid values (signed: the vpsign trick; |grid|, |y| <= 127,
+// no saturation) times the activations, times the sub-block scale by vpmaddwd.
+struct IQ4XSUnpack {
+    const block_iq4_xs* b;
+    explicit IQ4XSUnpack(const uint8_t* blk) : b((const block_iq4_xs*)blk) {}
+    __m256i quants(int t) const { return iq4_grid(unpack_nibbles_16(b->qs + 16 * t)); }
+    __m256i scales(int t) const {
+        const int ls = ((b->scales_l[t / 2] >> 4 * (t % 2)) & 0x0F) | (((b->scales_h >> 2 * t) & 3) << 4);
+        return _mm256_set1_epi16((int16_t)(ls - 32));
+    }
+    static __m256i dot(__m256i q, __m256i y) { return _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(y, q)); }
+    void finish(const block_q8_K& x, __m256i isum, __m256& acc) const {
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(h2f(b->d) * x.d), acc);
+    }
+};
+
+template <class U, int kBlockBytes>
+struct KUnpack {
+    static constexpr int kBytes = kBlockBytes;
+    static U at(const uint8_t* blk) { return U(blk); }
+};
+struct Q4KUnpack : Q45Unpack { explicit Q4KUnpack(const uint8_t* b) : Q45Unpack(b, false) {} };
+struct Q5KUnpack : Q45Unpack { explicit Q5KUnpack(const uint8_t* b) : Q45Unpack(b, true) {} };
+
+template <class K, int R, int C>
+struct KTile {
     static void run(int64_t k, const uint8_t* w, size_t ws, const uint8_t* x, size_t xs, float* y, int64_t ldy) {
         __m256 acc[R][C];
         for (int r = 0; r < R; ++r)
             for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
         for (int64_t i = 0; i < k / QK_K; ++i)
             for (int r = 0; r < R; ++r) {
-                const uint8_t* blk = w + r * ws + i * U::kBytes;
-                prefetch_ahead<U::kBytes>(blk);
-                const auto wb = U::at(blk);
+                const uint8_t* blk = w + r * ws + i * K::kBytes;
+                prefetch_ahead<K::kBytes>(blk);
+                const auto wb = K::at(blk);
                 __m256i isum[C];
                 for (int c = 0; c < C; ++c) isum[c] = _mm256_setzero_si256();
                 for (int t = 0; t < 8; ++t) {
                     const __m256i q = wb.quants(t), sc = wb.scales(t);
                     for (int c = 0; c < C; ++c) {
                         const __m256i yv = _mm256_loadu_si256((const __m256i*)(((const block_q8_K*)(x + c * xs))[i].qs + 32 * t));
-                        isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(_mm256_maddubs_epi16(q, yv), sc));
+                        isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(decltype(wb)::dot(q, yv), sc));
                     }
                 }
                 for (int c = 0; c < C; ++c) wb.finish(((const block_q8_K*)(x + c * xs))[i], isum[c], acc[r][c]);
@@ -420,13 +396,13 @@ template <int R, int C> using Q4_1Tile = LegacyTile<Q4_1Step, R, C>;
 template <int R, int C> using Q5_0Tile = LegacyTile<Q5_0Step, R, C>;
 template <int R, int C> using Q5_1Tile = LegacyTile<Q5_1Step, R, C>;
 template <int R, int C> using Q8_0Tile = LegacyTile<Q8_0Step, R, C>;
-template <int R, int C> using Q4KTile = KMultiTile<KUnpack<0>, R, C>;
-template <int R, int C> using Q5KTile = KMultiTile<KUnpack<1>, R, C>;
-template <int R, int C> using Q6KTile = KMultiTile<KUnpack<2>, R, C>;
-template <int R, int C> using Q2KTile = KTile<KStep<3>, R, C>;
-template <int R, int C> using Q3KTile = KTile<KStep<4>, R, C>;
+template <int R, int C> using Q4KTile = KTile<KUnpack<Q4KUnpack, sizeof(block_q4_K)>, R, C>;
+template <int R, int C> using Q5KTile = KTile<KUnpack<Q5KUnpack, sizeof(block_q5_K)>, R, C>;
+template <int R, int C> using Q6KTile = KTile<KUnpack<Q6Unpack, sizeof(block_q6_K)>, R, C>;
+template <int R, int C> using Q2KTile = KTile<KUnpack<Q2Unpack, sizeof(block_q2_K)>, R, C>;
+template <int R, int C> using Q3KTile = KTile<KUnpack<Q3Unpack, sizeof(block_q3_K)>, R, C>;
 template <int R, int C> using IQ4NLTile = LegacyTile<IQ4_NLStep, R, C>;
-template <int R, int C> using IQ4XSTile = KTile<KStep<5>, R, C>;
+template <int R, int C> using IQ4XSTile = KTile<KUnpack<IQ4XSUnpack, sizeof(block_iq4_xs)>, R, C>;
 template <int R, int C> using F32Tile = FloatTile<F32Load, R, C>;
 template <int R, int C> using F16Tile = FloatTile<F16Load, R, C>;
 template <int R, int C> using BF16Tile = FloatTile<BF16Load, R, C>;
@@ -442,13 +418,13 @@ LLL_DEFINE_KERNEL_SET(avx2_q8_0, (make_tile_set<Q8_0Tile, 2, 2>(Isa::AVX2)))
 LLL_DEFINE_KERNEL_SET(avx2_q4_K, (make_tile_set<Q4KTile, 1, 4>(Isa::AVX2)))
 LLL_DEFINE_KERNEL_SET(avx2_q5_K, (make_tile_set<Q5KTile, 1, 4>(Isa::AVX2)))
 LLL_DEFINE_KERNEL_SET(avx2_q6_K, (make_tile_set<Q6KTile, 1, 4>(Isa::AVX2)))
-LLL_DEFINE_KERNEL_SET(avx2_q2_K, (make_tile_set<Q2KTile, 1, 1>(Isa::AVX2)))
-LLL_DEFINE_KERNEL_SET(avx2_q3_K, (make_tile_set<Q3KTile, 1, 1>(Isa::AVX2)))
+LLL_DEFINE_KERNEL_SET(avx2_q2_K, (make_tile_set<Q2KTile, 1, 4>(Isa::AVX2)))
+LLL_DEFINE_KERNEL_SET(avx2_q3_K, (make_tile_set<Q3KTile, 1, 4>(Isa::AVX2)))
 LLL_DEFINE_KERNEL_SET(avx2_f32, (make_tile_set<F32Tile, 2, 2>(Isa::AVX2)))
 LLL_DEFINE_KERNEL_SET(avx2_f16, (make_tile_set<F16Tile, 2, 2>(Isa::AVX2)))
 LLL_DEFINE_KERNEL_SET(avx2_bf16, (make_tile_set<BF16Tile, 2, 2>(Isa::AVX2)))
 LLL_DEFINE_KERNEL_SET(avx2_iq4_nl, (make_tile_set<IQ4NLTile, 2, 2>(Isa::AVX2)))
-LLL_DEFINE_KERNEL_SET(avx2_iq4_xs, (make_tile_set<IQ4XSTile, 1, 1>(Isa::AVX2)))
+LLL_DEFINE_KERNEL_SET(avx2_iq4_xs, (make_tile_set<IQ4XSTile, 1, 4>(Isa::AVX2)))
 
 }  // namespace kern
 }  // namespace lll
