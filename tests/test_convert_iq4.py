@@ -100,3 +100,20 @@ def test_iq4_random_models_compute_their_weights(name, type_, converted):
     err = rel_err(ours, hf_logits_with_file_weights(name, path, ids))
     print(f"{name} {type_}: relative logit error against the file's own weights {err:.4f}")
     assert err <= 0.12
+
+
+@pytest.mark.parametrize("name", ["q4_k_m", "q4_k_s", "iq4_xs", "q4_0", "q5_k_m"])
+def test_eight_expert_rules_follow_llamacpp(name):
+    """llama_tensor_get_type for a model of exactly 8 experts: attn_v and attn_k -> Q8_0 under
+    every preset; attn_output -> Q5_K under q4_k_s, q4_k_m, iq4_nl and iq4_xs. Other expert
+    counts (Qwen3-30B-A3B's 128) and dense models keep the dense rules."""
+    p = preset(name)
+    tensors = _layer_tensors(16, 512, 1536, 128)
+    dense = {c.name: c.qtype for c in choose_types(tensors, p, 16, 4)}
+    assert {c.name: c.qtype for c in choose_types(tensors, p, 16, 4, n_expert=128)} == dense
+    moe8 = {c.name: c.qtype for c in choose_types(tensors, p, 16, 4, n_expert=8)}
+    for i in range(16):
+        assert moe8[f"blk.{i}.attn_v.weight"] == moe8[f"blk.{i}.attn_k.weight"] == QT.Q8_0
+        assert moe8[f"blk.{i}.attn_output.weight"] == (QT.Q5_K if name in ("q4_k_m", "q4_k_s", "iq4_xs")
+                                                        else p.default_type)
+        assert moe8[f"blk.{i}.ffn_down.weight"] == dense[f"blk.{i}.ffn_down.weight"]

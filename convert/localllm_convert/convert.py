@@ -72,7 +72,7 @@ def convert(hf_dir: str | os.PathLike, out_path: str | os.PathLike | None, type:
     vocab = arch.vocab()
     planned = [] if vocab_only else arch.plan()
     choices = choose_types([(p.name, p.shape, QT.F32) for p in planned], chosen_preset,
-                           arch.hp.n_layer, arch.hp.n_head // arch.hp.n_head_kv)
+                           arch.hp.n_layer, arch.hp.n_head // arch.hp.n_head_kv, getattr(arch, "n_expert", 0))
     outputs = [OutputTensor(p.name, p.shape, c.qtype, p.load,
                             p.source.nbytes if p.source is not None else 0)
                for p, c in zip(planned, choices)]

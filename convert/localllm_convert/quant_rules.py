@@ -11,6 +11,8 @@
   ffn_down of the first eighth of the layers go to Q5_K.
 * iq4_nl / iq4_xs: attn_v goes to Q5_K when the model shares each K/V head among 4 or more query
   heads (n_head / n_head_kv >= 4), ffn_down of the first eighth of the layers to Q5_K.
+* Models of exactly 8 experts (llama.cpp's rules for Mixtral-shaped MoE): attn_v and attn_k go
+  to Q8_0, attn_output to Q5_K under q4_k_s, q4_k_m, iq4_nl and iq4_xs.
 * A row length that is not a multiple of the chosen block size falls back: Q4_K -> Q5_0,
   Q5_K -> Q5_1, Q6_K -> Q8_0, IQ4_XS -> IQ4_NL, and to F16 when even that does not fit
   (llama.cpp stops with an error for the legacy types there; the converter writes F16 as
@@ -80,10 +82,15 @@ def _layer_of(name: str) -> int:
     return int(m.group(1))
 
 
-def _rule_type(name: str, ncols: int, preset: Preset, n_layer: int, n_gqa: int, tied: bool) -> QT:
+def _rule_type(name: str, ncols: int, preset: Preset, n_layer: int, n_gqa: int, tied: bool,
+               n_expert: int = 0) -> QT:
     """The type before the row-length fallback (llama_tensor_get_type_impl, our presets)."""
     default = preset.default_type
     cat = category(name)
+    if n_expert == 8 and cat in ("attn_v", "attn_k"):
+        return QT.Q8_0
+    if n_expert == 8 and cat == "attn_output" and preset.name in ("q4_k_s", "q4_k_m") + _IQ4_PRESETS:
+        return QT.Q5_K
     if cat == "output" or (cat == "token_embd" and tied):
         if ncols % block_elems(default) != 0:
             return QT.Q8_0
@@ -114,7 +121,7 @@ def _fit_rows(qtype: QT, ncols: int) -> QT:
 
 
 def choose_types(tensors: Sequence[tuple[str, Sequence[int], QT]], preset: Preset,
-                 n_layer: int, n_gqa: int = 1) -> list[TensorChoice]:
+                 n_layer: int, n_gqa: int = 1, n_expert: int = 0) -> list[TensorChoice]:
     """The type of every tensor under ``preset``.
 
     Args:
@@ -124,6 +131,7 @@ def choose_types(tensors: Sequence[tuple[str, Sequence[int], QT]], preset: Prese
         preset: the output preset.
         n_layer: the model's block count (for the per-layer rules).
         n_gqa: query heads per K/V head, n_head / n_head_kv (llama.cpp's n_gqa(), layer 0).
+        n_expert: the model's expert count ({arch}.expert_count; 0 for a dense model).
     """
     names = {name for name, _, _ in tensors}
     tied = "output.weight" not in names
@@ -136,7 +144,7 @@ def choose_types(tensors: Sequence[tuple[str, Sequence[int], QT]], preset: Prese
             out.append(TensorChoice(name, preset.default_type))
             continue
         ncols = int(shape[-1])
-        chosen = _rule_type(name, ncols, preset, n_layer, n_gqa, tied)
+        chosen = _rule_type(name, ncols, preset, n_layer, n_gqa, tied, n_expert)
         fitted = _fit_rows(chosen, ncols)
         out.append(TensorChoice(name, fitted, chosen if fitted != chosen else None))
     return out

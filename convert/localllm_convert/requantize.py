@@ -108,13 +108,14 @@ def quantize_gguf(in_path: str | os.PathLike, out_path: str | os.PathLike, type:
     n_head = _heads(src.get(f"{arch}.attention.head_count", 1))
     n_head_kv = _heads(src.get(f"{arch}.attention.head_count_kv", n_head)) or 1
     n_gqa = n_head // n_head_kv
+    n_expert = int(src.get(f"{arch}.expert_count", 0) or 0)
 
     quantized = sorted({QT(t.type).name for t in src.tensors if QT(t.type) not in FLOAT_TYPES})
     if quantized and not allow_requantize:
         raise ValueError(f"{src_path.name} is already quantized ({', '.join(quantized)} tensors); "
                          "requantizing loses quality — pass --allow-requantize to do it anyway")
     infos = [(t.name, tuple(int(d) for d in reversed(t.shape)), QT(t.type)) for t in src.tensors]
-    choices = choose_types(infos, chosen, n_layer, n_gqa)
+    choices = choose_types(infos, chosen, n_layer, n_gqa, n_expert)
     outputs = []
     for t, (name, shape, current), choice in zip(src.tensors, infos, choices):
         def raw(n=name) -> np.ndarray:
