@@ -58,8 +58,8 @@ struct HParams {
     // 0 experts = a dense FFN of width n_ff.
     int n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
 
-    // The widest FFN activation: the dense FFN's or an expert's.
-    int64_t ffn_width() const { return n_ff > n_ff_exp ? n_ff : n_ff_exp; }
+    // The FFN activation width: an expert's in a mixture-of-experts model (every layer is one), else the dense FFN's.
+    int64_t ffn_width() const { return n_expert > 0 ? n_ff_exp : n_ff; }
 
     // LongRoPE: the long factors when a sequence's context exceeds the original one
     // (rope.scaling.original_context_length), else the short ones. No-op for other files.

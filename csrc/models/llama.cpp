@@ -1,5 +1,7 @@
 // llama.cpp — the llama architecture (Llama 2/3, SmolLM2, Mistral): pre-norm blocks,
 // RMSNorm, RoPE on adjacent pairs, grouped-query attention, SwiGLU FFN.
+#include <stdexcept>
+#include <string>
 #include "layer_blocks.h"
 #include "llama.h"
 #include "../weights.h"
@@ -30,6 +32,12 @@ static void swiglu_ffn(const LayerCtx& c, const float* h, int64_t T, float* out)
 }
 
 void llama_layer_forward(const LayerCtx& c, float* x, int64_t T) { pre_norm_layer(c, x, T, swiglu_ffn); }
+
+void require_qk_norms(const ModelWeights& w, const std::string& arch) {
+    for (size_t il = 0; il < w.layers.size(); ++il)
+        if (!w.layers[il].q_norm.present() || !w.layers[il].k_norm.present())
+            throw std::invalid_argument(arch + " layer " + std::to_string(il) + " lacks attn_q_norm/attn_k_norm");
+}
 
 extern const ArchSpec kLlamaArch = {"llama", llama_hparams, load_model_weights, llama_layer_forward};
 

@@ -1,5 +1,6 @@
 // llama.h — the llama block, reused by architectures that differ only in their hyper-parameters.
 #pragma once
+#include <string>
 #include "../model.h"
 
 namespace lll {
@@ -10,4 +11,6 @@ using FFNBlock = void (*)(const LayerCtx& c, const float* h, int64_t T, float* o
 void pre_norm_layer(const LayerCtx& c, float* x, int64_t T, FFNBlock ffn);
 // pre_norm_layer with the SwiGLU FFN
 void llama_layer_forward(const LayerCtx& c, float* x, int64_t T);
+// Throws unless every layer has attn_q_norm and attn_k_norm (qwen3, qwen3moe).
+void require_qk_norms(const ModelWeights& w, const std::string& arch);
 }

@@ -14,9 +14,7 @@ static void qwen3_hparams(const GGUFFile& f, HParams& hp) {
 
 static void qwen3_weights(const GGUFFile& f, const HParams& hp, ModelWeights& w) {
     load_model_weights(f, hp, w);
-    for (size_t il = 0; il < w.layers.size(); ++il)
-        if (!w.layers[il].q_norm.present() || !w.layers[il].k_norm.present())
-            throw std::invalid_argument("qwen3 layer " + std::to_string(il) + " lacks attn_q_norm/attn_k_norm");
+    require_qk_norms(w, "qwen3");
 }
 
 extern const ArchSpec kQwen3Arch = {"qwen3", qwen3_hparams, qwen3_weights, llama_layer_forward};

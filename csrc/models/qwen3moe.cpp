@@ -28,9 +28,7 @@ static void qwen3moe_hparams(const GGUFFile& f, HParams& hp) {
 
 static void qwen3moe_weights(const GGUFFile& f, const HParams& hp, ModelWeights& w) {
     load_model_weights(f, hp, w);
-    for (size_t il = 0; il < w.layers.size(); ++il)
-        if (!w.layers[il].q_norm.present() || !w.layers[il].k_norm.present())
-            throw std::invalid_argument("qwen3moe layer " + std::to_string(il) + " lacks attn_q_norm/attn_k_norm");
+    require_qk_norms(w, "qwen3moe");
 }
 
 static void qwen3moe_layer_forward(const LayerCtx& c, float* x, int64_t T) { pre_norm_layer(c, x, T, moe_ffn_block); }
