@@ -174,13 +174,26 @@ inline __m256i scale_pair(__m256i sc16, int g) {
 // per-row finish (mins or offsets against the activations' block sums, then the FMAs). The
 // integer sums are exact, so a product's bits do not depend on the tile it was computed in.
 struct Q45Unpack {   // Q4_K (five false) / Q5_K
-    const uint8_t* blk;
-    bool five;
     const uint8_t* qs;
-    int sc[8], mn[8];
+    bool five;
+    float d, dmin;
     __m256i hbits;
-    Q45Unpack(const uint8_t* b, bool kFive) : blk(b), five(kFive), qs(b + 4 + K_SCALE_SIZE + (kFive ? QK_K / 8 : 0)) {
-        for (int j = 0; j < 8; ++j) k4_scale_min(b + 4, j, &sc[j], &mn[j]);
+    __m256i mins16;          // lane g: the min of sub-block g / 2 (bsums cover 16 quants)
+    alignas(16) int16_t sc[8];
+    // The 12 scale bytes hold 8 six-bit scales and mins: sub-blocks 0..3 in the low 6 bits of
+    // bytes 0..3 (scales) and 4..7 (mins); 4..7 in the nibbles of bytes 8..11 with their top two
+    // bits in the high bits of bytes 0..3 / 4..7. Four sub-blocks per 32-bit word, as bytes.
+    Q45Unpack(const uint8_t* b, bool kFive)
+        : qs(b + 4 + K_SCALE_SIZE + (kFive ? QK_K / 8 : 0)), five(kFive), d(h2f(load_u16(b))), dmin(h2f(load_u16(b + 2))) {
+        uint32_t u[3];
+        memcpy(u, b + 4, 12);
+        const uint32_t sc_lo = u[0] & 0x3f3f3f3f, mn_lo = u[1] & 0x3f3f3f3f;
+        const uint32_t sc_hi = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);
+        const uint32_t mn_hi = ((u[2] >> 4) & 0x0f0f0f0f) | (((u[1] >> 6) & 0x03030303) << 4);
+        const __m128i scb = _mm_cvtsi64_si128((long long)(((uint64_t)sc_hi << 32) | sc_lo));
+        const __m128i mnb = _mm_cvtsi64_si128((long long)(((uint64_t)mn_hi << 32) | mn_lo));
+        _mm_store_si128((__m128i*)sc, _mm_cvtepu8_epi16(scb));
+        mins16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mnb, mnb));
         hbits = kFive ? _mm256_loadu_si256((const __m256i*)(b + 4 + K_SCALE_SIZE)) : _mm256_setzero_si256();
     }
     // part t: the low (t even) or high nibbles of qs[32 (t / 2) ..], 5th bit t of qh
@@ -190,15 +203,12 @@ struct Q45Unpack {   // Q4_K (five false) / Q5_K
         if (five) v = _mm256_or_si256(v, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, t), _mm256_set1_epi8(1)), 4));
         return v;
     }
-    __m256i scales(int t) const { return _mm256_set1_epi16((short)sc[t]); }
+    __m256i scales(int t) const { return _mm256_set1_epi16(sc[t]); }
     static __m256i dot(__m256i q, __m256i y) { return _mm256_maddubs_epi16(q, y); }
     void finish(const block_q8_K& x, __m256i isum, __m256& acc) const {
-        alignas(32) int16_t m16[16];
-        for (int g = 0; g < 16; ++g) m16[g] = (int16_t)mn[g / 2];
-        const __m256i mins = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)x.bsums),
-                                               _mm256_load_si256((const __m256i*)m16));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(h2f(load_u16(blk)) * x.d), acc);
-        acc = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_set1_ps(h2f(load_u16(blk + 2)) * x.d), acc);
+        const __m256i mins = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)x.bsums), mins16);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(d * x.d), acc);
+        acc = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_set1_ps(dmin * x.d), acc);
     }
 };
 
