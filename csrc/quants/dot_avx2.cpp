@@ -44,15 +44,21 @@ inline __m256i bits_to_bytes(const uint8_t* p) {
     return _mm256_cmpeq_epi8(_mm256_and_si256(spread, probe), probe);
 }
 
-// Sum of products of signed bytes, as 8 int32 lanes (pairs of 4 products).
-inline __m256i dot_i8(__m256i w, __m256i y) {
-    const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(y, w));
+// A weight block's quants and scales. Signed quants keep |q| beside q: vpmaddubsw needs an
+// unsigned operand, and |q| is shared by all activation rows of a tile.
+struct WBlock { __m256i q, aq; float d, m; };
+inline WBlock signed_block(__m256i q, float d) { return {q, _mm256_sign_epi8(q, q), d, 0.0f}; }
+inline WBlock unsigned_block(__m256i q, float d, float m) { return {q, q, d, m}; }
+
+// Sum of products of signed bytes, as 8 int32 lanes (pairs of 4 products): |w| x sign(y, w).
+inline __m256i dot_i8(const WBlock& w, __m256i y) {
+    const __m256i p16 = _mm256_maddubs_epi16(w.aq, _mm256_sign_epi8(y, w.q));
     return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
 }
 
 // Unsigned weight bytes (< 128) times signed activation bytes, as 8 int32 lanes.
-inline __m256i dot_u8(__m256i w, __m256i y) {
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(w, y), _mm256_set1_epi16(1));
+inline __m256i dot_u8(const WBlock& w, __m256i y) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(w.q, y), _mm256_set1_epi16(1));
 }
 
 // ---- legacy block steps: W = one weight block, X = one activation block ----------------------
@@ -60,50 +66,45 @@ inline __m256i dot_u8(__m256i w, __m256i y) {
 struct Q4_0Step {
     static constexpr int kW = sizeof(block_q4_0), kX = sizeof(block_q8_0);
     static constexpr bool kMin = false;
-    struct W { __m256i q; float d, m; };
-    static W load_w(const uint8_t* p) {
-        return {_mm256_sub_epi8(unpack_nibbles_16(p + 2), _mm256_set1_epi8(8)), h2f(load_u16(p)), 0.0f};
+    static WBlock load_w(const uint8_t* p) {
+        return signed_block(_mm256_sub_epi8(unpack_nibbles_16(p + 2), _mm256_set1_epi8(8)), h2f(load_u16(p)));
     }
-    static __m256i dot(const W& w, __m256i y) { return dot_i8(w.q, y); }
+    static __m256i dot(const WBlock& w, __m256i y) { return dot_i8(w, y); }
 };
 
 struct Q4_1Step {
     static constexpr int kW = sizeof(block_q4_1), kX = sizeof(block_q8_1);
     static constexpr bool kMin = true;
-    struct W { __m256i q; float d, m; };
-    static W load_w(const uint8_t* p) { return {unpack_nibbles_16(p + 4), h2f(load_u16(p)), h2f(load_u16(p + 2))}; }
-    static __m256i dot(const W& w, __m256i y) { return dot_u8(w.q, y); }
+    static WBlock load_w(const uint8_t* p) { return unsigned_block(unpack_nibbles_16(p + 4), h2f(load_u16(p)), h2f(load_u16(p + 2))); }
+    static __m256i dot(const WBlock& w, __m256i y) { return dot_u8(w, y); }
 };
 
 struct Q5_0Step {
     static constexpr int kW = sizeof(block_q5_0), kX = sizeof(block_q8_0);
     static constexpr bool kMin = false;
-    struct W { __m256i q; float d, m; };
-    static W load_w(const uint8_t* p) {
+    static WBlock load_w(const uint8_t* p) {
         const __m256i hi = _mm256_and_si256(bits_to_bytes(p + 2), _mm256_set1_epi8(16));
         const __m256i q = _mm256_or_si256(unpack_nibbles_16(p + 6), hi);
-        return {_mm256_sub_epi8(q, _mm256_set1_epi8(16)), h2f(load_u16(p)), 0.0f};
+        return signed_block(_mm256_sub_epi8(q, _mm256_set1_epi8(16)), h2f(load_u16(p)));
     }
-    static __m256i dot(const W& w, __m256i y) { return dot_i8(w.q, y); }
+    static __m256i dot(const WBlock& w, __m256i y) { return dot_i8(w, y); }
 };
 
 struct Q5_1Step {
     static constexpr int kW = sizeof(block_q5_1), kX = sizeof(block_q8_1);
     static constexpr bool kMin = true;
-    struct W { __m256i q; float d, m; };
-    static W load_w(const uint8_t* p) {
+    static WBlock load_w(const uint8_t* p) {
         const __m256i hi = _mm256_and_si256(bits_to_bytes(p + 4), _mm256_set1_epi8(16));
-        return {_mm256_or_si256(unpack_nibbles_16(p + 8), hi), h2f(load_u16(p)), h2f(load_u16(p + 2))};
+        return unsigned_block(_mm256_or_si256(unpack_nibbles_16(p + 8), hi), h2f(load_u16(p)), h2f(load_u16(p + 2)));
     }
-    static __m256i dot(const W& w, __m256i y) { return dot_u8(w.q, y); }
+    static __m256i dot(const WBlock& w, __m256i y) { return dot_u8(w, y); }
 };
 
 struct Q8_0Step {
     static constexpr int kW = sizeof(block_q8_0), kX = sizeof(block_q8_0);
     static constexpr bool kMin = false;
-    struct W { __m256i q; float d, m; };
-    static W load_w(const uint8_t* p) { return {_mm256_loadu_si256((const __m256i*)(p + 2)), h2f(load_u16(p)), 0.0f}; }
-    static __m256i dot(const W& w, __m256i y) { return dot_i8(w.q, y); }
+    static WBlock load_w(const uint8_t* p) { return signed_block(_mm256_loadu_si256((const __m256i*)(p + 2)), h2f(load_u16(p))); }
+    static __m256i dot(const WBlock& w, __m256i y) { return dot_i8(w, y); }
 };
 
 // 32 nibbles (element order) -> the signed grid values kvalues_iq4nl[nibble] (vpshufb looks up
@@ -116,9 +117,8 @@ inline __m256i iq4_grid(__m256i nibbles) {
 struct IQ4_NLStep {
     static constexpr int kW = sizeof(block_iq4_nl), kX = sizeof(block_q8_0);
     static constexpr bool kMin = false;
-    struct W { __m256i q; float d, m; };
-    static W load_w(const uint8_t* p) { return {iq4_grid(unpack_nibbles_16(p + 2)), h2f(load_u16(p)), 0.0f}; }
-    static __m256i dot(const W& w, __m256i y) { return dot_i8(w.q, y); }   // |grid| <= 127
+    static WBlock load_w(const uint8_t* p) { return signed_block(iq4_grid(unpack_nibbles_16(p + 2)), h2f(load_u16(p))); }
+    static __m256i dot(const WBlock& w, __m256i y) { return dot_i8(w, y); }   // |grid| <= 127
 };
 
 // Activation blocks: Q8_0 (d, qs) or Q8_1 (d, s, qs).
@@ -133,6 +133,8 @@ struct ActBlock {
     }
 };
 
+// Scales: the block scale product d_w * d_x is one vmulps of two broadcasts made once per
+// block (the same float product as a scalar multiply, so the tile shape changes no bit).
 template <class S, int R, int C>
 struct LegacyTile {
     static void run(int64_t k, const uint8_t* w, size_t ws, const uint8_t* x, size_t xs, float* y, int64_t ldy) {
@@ -142,13 +144,17 @@ struct LegacyTile {
             for (int c = 0; c < C; ++c) { acc[r][c] = _mm256_setzero_ps(); summ[r][c] = 0.0f; }
         for (int64_t b = 0; b < k / 32; ++b) {
             ActBlock<S::kX> xv[C];
-            for (int c = 0; c < C; ++c) xv[c] = ActBlock<S::kX>::load(x + c * xs + b * S::kX);
+            __m256 xd[C];
+            for (int c = 0; c < C; ++c) {
+                xv[c] = ActBlock<S::kX>::load(x + c * xs + b * S::kX);
+                xd[c] = _mm256_set1_ps(xv[c].d);
+            }
             for (int r = 0; r < R; ++r) {
                 prefetch_ahead<S::kW>(w + r * ws + b * S::kW);
-                const typename S::W wv = S::load_w(w + r * ws + b * S::kW);
+                const WBlock wv = S::load_w(w + r * ws + b * S::kW);
+                const __m256 wd = _mm256_set1_ps(wv.d);
                 for (int c = 0; c < C; ++c) {
-                    acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S::dot(wv, xv[c].q)),
-                                                _mm256_set1_ps(wv.d * xv[c].d), acc[r][c]);
+                    acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S::dot(wv, xv[c].q)), _mm256_mul_ps(wd, xd[c]), acc[r][c]);
                     if constexpr (S::kMin) summ[r][c] += wv.m * xv[c].s;
                 }
             }
