@@ -426,11 +426,11 @@ template <int R, int C> using BF16Tile = FloatTile<BF16Load, R, C>;
 }  // namespace avx2_impl
 using namespace avx2_impl;
 
-LLL_DEFINE_KERNEL_SET(avx2_q4_0, (make_tile_set<Q4_0Tile, 2, 2>(Isa::AVX2)))
-LLL_DEFINE_KERNEL_SET(avx2_q4_1, (make_tile_set<Q4_1Tile, 2, 2>(Isa::AVX2)))
-LLL_DEFINE_KERNEL_SET(avx2_q5_0, (make_tile_set<Q5_0Tile, 2, 2>(Isa::AVX2)))
-LLL_DEFINE_KERNEL_SET(avx2_q5_1, (make_tile_set<Q5_1Tile, 2, 2>(Isa::AVX2)))
-LLL_DEFINE_KERNEL_SET(avx2_q8_0, (make_tile_set<Q8_0Tile, 2, 2>(Isa::AVX2)))
+LLL_DEFINE_KERNEL_SET(avx2_q4_0, (make_tile_set<Q4_0Tile, 2, 4>(Isa::AVX2)))
+LLL_DEFINE_KERNEL_SET(avx2_q4_1, (make_tile_set<Q4_1Tile, 2, 4>(Isa::AVX2)))
+LLL_DEFINE_KERNEL_SET(avx2_q5_0, (make_tile_set<Q5_0Tile, 2, 4>(Isa::AVX2)))
+LLL_DEFINE_KERNEL_SET(avx2_q5_1, (make_tile_set<Q5_1Tile, 2, 4>(Isa::AVX2)))
+LLL_DEFINE_KERNEL_SET(avx2_q8_0, (make_tile_set<Q8_0Tile, 2, 4>(Isa::AVX2)))
 LLL_DEFINE_KERNEL_SET(avx2_q4_K, (make_tile_set<Q4KTile, 1, 4>(Isa::AVX2)))
 LLL_DEFINE_KERNEL_SET(avx2_q5_K, (make_tile_set<Q5KTile, 1, 4>(Isa::AVX2)))
 LLL_DEFINE_KERNEL_SET(avx2_q6_K, (make_tile_set<Q6KTile, 1, 4>(Isa::AVX2)))
@@ -439,7 +439,7 @@ LLL_DEFINE_KERNEL_SET(avx2_q3_K, (make_tile_set<Q3KTile, 1, 4>(Isa::AVX2)))
 LLL_DEFINE_KERNEL_SET(avx2_f32, (make_tile_set<F32Tile, 2, 2>(Isa::AVX2)))
 LLL_DEFINE_KERNEL_SET(avx2_f16, (make_tile_set<F16Tile, 2, 2>(Isa::AVX2)))
 LLL_DEFINE_KERNEL_SET(avx2_bf16, (make_tile_set<BF16Tile, 2, 2>(Isa::AVX2)))
-LLL_DEFINE_KERNEL_SET(avx2_iq4_nl, (make_tile_set<IQ4NLTile, 2, 2>(Isa::AVX2)))
+LLL_DEFINE_KERNEL_SET(avx2_iq4_nl, (make_tile_set<IQ4NLTile, 2, 4>(Isa::AVX2)))
 LLL_DEFINE_KERNEL_SET(avx2_iq4_xs, (make_tile_set<IQ4XSTile, 1, 4>(Isa::AVX2)))
 
 }  // namespace kern
