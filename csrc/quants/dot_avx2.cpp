@@ -358,38 +358,37 @@ struct BF16Load {
     }
 };
 
-// Two accumulators per pair (even / odd 8-element runs); the ragged end is zero-padded to 16.
+// One accumulator per pair, 8 elements per step; the ragged end is zero-padded to 8. The large
+// tiles matter for F16 / BF16: every load converts, and a tile converts each of its R + C rows
+// once per step for R x C FMAs.
 template <class L, int R, int C>
 struct FloatTile {
-    static inline void step(const uint8_t* const* w, const uint8_t* const* x, __m256 (&a0)[R][C], __m256 (&a1)[R][C]) {
-        __m256 x0[C], x1[C];
-        for (int c = 0; c < C; ++c) { x0[c] = L::load(x[c]); x1[c] = L::load(x[c] + 8 * L::kSize); }
+    static inline void step(const uint8_t* const* w, const uint8_t* const* x, __m256 (&acc)[R][C]) {
+        __m256 xv[C];
+        for (int c = 0; c < C; ++c) xv[c] = L::load(x[c]);
         for (int r = 0; r < R; ++r) {
-            const __m256 w0 = L::load(w[r]), w1 = L::load(w[r] + 8 * L::kSize);
-            for (int c = 0; c < C; ++c) {
-                a0[r][c] = _mm256_fmadd_ps(w0, x0[c], a0[r][c]);
-                a1[r][c] = _mm256_fmadd_ps(w1, x1[c], a1[r][c]);
-            }
+            const __m256 wv = L::load(w[r]);
+            for (int c = 0; c < C; ++c) acc[r][c] = _mm256_fmadd_ps(wv, xv[c], acc[r][c]);
         }
     }
 
     static void run(int64_t k, const uint8_t* w, size_t ws, const uint8_t* x, size_t xs, float* y, int64_t ldy) {
-        __m256 a0[R][C], a1[R][C];
+        __m256 acc[R][C];
         for (int r = 0; r < R; ++r)
-            for (int c = 0; c < C; ++c) a0[r][c] = a1[r][c] = _mm256_setzero_ps();
+            for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
         const uint8_t* wp[R];
         const uint8_t* xp[C];
         int64_t i = 0;
-        for (; i + 16 <= k; i += 16) {
+        for (; i + 8 <= k; i += 8) {
             for (int r = 0; r < R; ++r) {
                 wp[r] = w + r * ws + i * L::kSize;
-                prefetch_ahead<16 * L::kSize>(wp[r]);
+                if (i % 16 == 0) prefetch_ahead<16 * L::kSize>(wp[r]);
             }
             for (int c = 0; c < C; ++c) xp[c] = x + c * xs + i * L::kSize;
-            step(wp, xp, a0, a1);
+            step(wp, xp, acc);
         }
         if (i < k) {
-            uint8_t wpad[R][16 * L::kSize], xpad[C][16 * L::kSize];
+            uint8_t wpad[R][8 * L::kSize], xpad[C][8 * L::kSize];
             for (int r = 0; r < R; ++r) {
                 memset(wpad[r], 0, sizeof(wpad[r]));
                 memcpy(wpad[r], w + r * ws + i * L::kSize, (k - i) * L::kSize);
@@ -400,10 +399,10 @@ struct FloatTile {
                 memcpy(xpad[c], x + c * xs + i * L::kSize, (k - i) * L::kSize);
                 xp[c] = xpad[c];
             }
-            step(wp, xp, a0, a1);
+            step(wp, xp, acc);
         }
         for (int r = 0; r < R; ++r)
-            for (int c = 0; c < C; ++c) y[c * ldy + r] = hsum8(_mm256_add_ps(a0[r][c], a1[r][c]));
+            for (int c = 0; c < C; ++c) y[c * ldy + r] = hsum8(acc[r][c]);
     }
 };
 
@@ -436,9 +435,9 @@ LLL_DEFINE_KERNEL_SET(avx2_q5_K, (make_tile_set<Q5KTile, 1, 4>(Isa::AVX2)))
 LLL_DEFINE_KERNEL_SET(avx2_q6_K, (make_tile_set<Q6KTile, 1, 4>(Isa::AVX2)))
 LLL_DEFINE_KERNEL_SET(avx2_q2_K, (make_tile_set<Q2KTile, 1, 4>(Isa::AVX2)))
 LLL_DEFINE_KERNEL_SET(avx2_q3_K, (make_tile_set<Q3KTile, 1, 4>(Isa::AVX2)))
-LLL_DEFINE_KERNEL_SET(avx2_f32, (make_tile_set<F32Tile, 2, 2>(Isa::AVX2)))
-LLL_DEFINE_KERNEL_SET(avx2_f16, (make_tile_set<F16Tile, 2, 2>(Isa::AVX2)))
-LLL_DEFINE_KERNEL_SET(avx2_bf16, (make_tile_set<BF16Tile, 2, 2>(Isa::AVX2)))
+LLL_DEFINE_KERNEL_SET(avx2_f32, (make_tile_set<F32Tile, 4, 3>(Isa::AVX2)))
+LLL_DEFINE_KERNEL_SET(avx2_f16, (make_tile_set<F16Tile, 4, 3>(Isa::AVX2)))
+LLL_DEFINE_KERNEL_SET(avx2_bf16, (make_tile_set<BF16Tile, 4, 3>(Isa::AVX2)))
 LLL_DEFINE_KERNEL_SET(avx2_iq4_nl, (make_tile_set<IQ4NLTile, 2, 4>(Isa::AVX2)))
 LLL_DEFINE_KERNEL_SET(avx2_iq4_xs, (make_tile_set<IQ4XSTile, 1, 4>(Isa::AVX2)))
 
