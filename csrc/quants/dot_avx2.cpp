@@ -83,9 +83,9 @@ struct Q5_0Step {
     static constexpr int kW = sizeof(block_q5_0), kX = sizeof(block_q8_0);
     static constexpr bool kMin = false;
     static WBlock load_w(const uint8_t* p) {
-        const __m256i hi = _mm256_and_si256(bits_to_bytes(p + 2), _mm256_set1_epi8(16));
-        const __m256i q = _mm256_or_si256(unpack_nibbles_16(p + 6), hi);
-        return signed_block(_mm256_sub_epi8(q, _mm256_set1_epi8(16)), h2f(load_u16(p)));
+        // q - 16 as a signed byte: the nibble when the 5th bit is set, else the nibble | 0xF0
+        const __m256i neg = _mm256_andnot_si256(bits_to_bytes(p + 2), _mm256_set1_epi8((char)0xF0));
+        return signed_block(_mm256_or_si256(unpack_nibbles_16(p + 6), neg), h2f(load_u16(p)));
     }
     static __m256i dot(const WBlock& w, __m256i y) { return dot_i8(w, y); }
 };
@@ -133,6 +133,20 @@ struct ActBlock {
     }
 };
 
+// The f16 scales of C activation blocks xs bytes apart, converted by one vcvtph2ps and broadcast.
+template <int C>
+inline void act_scales(const uint8_t* x, size_t xs, __m256 (&xd)[C]) {
+    static_assert(C <= 4, "four scales per conversion");
+    uint64_t packed = 0;
+    for (int c = 0; c < C; ++c) packed |= (uint64_t)load_u16(x + c * xs) << (16 * c);
+    const __m128 d4 = _mm_cvtph_ps(_mm_cvtsi64_si128((long long)packed));
+    const __m256 d8 = _mm256_set_m128(d4, d4);
+    if constexpr (C > 0) xd[0] = _mm256_shuffle_ps(d8, d8, 0x00);
+    if constexpr (C > 1) xd[1] = _mm256_shuffle_ps(d8, d8, 0x55);
+    if constexpr (C > 2) xd[2] = _mm256_shuffle_ps(d8, d8, 0xAA);
+    if constexpr (C > 3) xd[3] = _mm256_shuffle_ps(d8, d8, 0xFF);
+}
+
 // Scales: the block scale product d_w * d_x is one vmulps of two broadcasts made once per
 // block (the same float product as a scalar multiply, so the tile shape changes no bit).
 template <class S, int R, int C>
@@ -145,10 +159,8 @@ struct LegacyTile {
         for (int64_t b = 0; b < k / 32; ++b) {
             ActBlock<S::kX> xv[C];
             __m256 xd[C];
-            for (int c = 0; c < C; ++c) {
-                xv[c] = ActBlock<S::kX>::load(x + c * xs + b * S::kX);
-                xd[c] = _mm256_set1_ps(xv[c].d);
-            }
+            for (int c = 0; c < C; ++c) xv[c] = ActBlock<S::kX>::load(x + c * xs + b * S::kX);
+            act_scales<C>(x + b * S::kX, xs, xd);
             for (int r = 0; r < R; ++r) {
                 prefetch_ahead<S::kW>(w + r * ws + b * S::kW);
                 const WBlock wv = S::load_w(w + r * ws + b * S::kW);
