@@ -9,7 +9,7 @@
 #pragma once
 #include <math.h>
 #include <stdint.h>
-#if defined(__AVX512F__)
+#if defined(__AVX2__) || defined(__AVX512F__)
 #include <immintrin.h>
 #endif
 
@@ -67,6 +67,30 @@ inline __m512 expf_v16(__m512 x) {
 }
 inline __m512 silu16(__m512 x) {
     return _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), expf_v16(_mm512_sub_ps(_mm512_setzero_ps(), x))));
+}
+#endif
+
+#if defined(__AVX2__) && defined(__FMA__)
+// silu of 8 lanes, bit for bit silu() above, or false when a lane's exponent n leaves
+// [-125, 125] (|x| > ~86.6): there the caller takes the scalar path. Inside that range j * 2^n
+// is one correctly rounded product with a normal result, which is what ldexpf returns.
+inline bool silu8(__m256 x, __m256* out) {
+    const __m256 mx = _mm256_sub_ps(_mm256_setzero_ps(), x);
+    const __m256 r = _mm256_set1_ps(0x1.8p23f);
+    const __m256 z = _mm256_fmadd_ps(mx, _mm256_set1_ps(0x1.715476p+0f), r);
+    const __m256 n = _mm256_sub_ps(z, r);
+    const __m256 far = _mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), n), _mm256_set1_ps(125.0f), _CMP_NLE_UQ);
+    if (_mm256_movemask_ps(far)) return false;
+    const __m256 b = _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.7f7d1cp-20f),
+                                      _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.62e4p-1f), mx));
+    const __m256 u = _mm256_mul_ps(b, b);
+    const __m256 j = _mm256_fmadd_ps(
+        _mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_set1_ps(0x1.0e4020p-7f), b, _mm256_set1_ps(0x1.573e2ep-5f)), u,
+                        _mm256_fmadd_ps(_mm256_set1_ps(0x1.555e66p-3f), b, _mm256_set1_ps(0x1.fffdb6p-2f))),
+        u, _mm256_fmadd_ps(_mm256_set1_ps(0x1.ffffecp-1f), b, _mm256_set1_ps(1.0f)));
+    const __m256 pow2n = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
+    *out = _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), _mm256_mul_ps(j, pow2n)));
+    return true;
 }
 #endif
 

@@ -144,10 +144,24 @@ static int64_t swiglu_avx512(const float* gate, const float* up, float* out, int
 }
 #endif
 
+#if defined(__AVX2__) && defined(__FMA__)
+static int64_t swiglu_avx2(const float* gate, const float* up, float* out, int64_t i0, int64_t i1) {
+    int64_t i = i0;
+    for (; i + 8 <= i1; i += 8) {
+        __m256 s;
+        if (ggml_order::silu8(_mm256_loadu_ps(gate + i), &s)) _mm256_storeu_ps(out + i, _mm256_mul_ps(s, _mm256_loadu_ps(up + i)));
+        else swiglu_scalar(gate, up, out, i, i + 8);
+    }
+    return i;
+}
+#endif
+
 void swiglu(ThreadPool& pool, const float* gate, const float* up, float* out, int64_t n) {
     parallel_rows(pool, n, 4, [&](int64_t i0, int64_t i1) {
 #if defined(__AVX512F__) && defined(__AVX512DQ__)
         i0 = swiglu_avx512(gate, up, out, i0, i1);
+#elif defined(__AVX2__) && defined(__FMA__)
+        i0 = swiglu_avx2(gate, up, out, i0, i1);
 #endif
         swiglu_scalar(gate, up, out, i0, i1);
     });
