@@ -116,7 +116,7 @@ void quantize_act_scalar(GGMLType type, const float* x, void* dst, int64_t n) {
 }
 
 // ------------------------------------------------------------------------------------------
-// AVX2: Q8_0 / Q8_1 / F16 (the others use the scalar code, which is already what ggml runs).
+// AVX2: Q8_0 / Q8_1 / Q8_K / F16 (BF16 and F32 use the scalar code).
 // ------------------------------------------------------------------------------------------
 #if LLL_BUILD_AVX2
 namespace {
@@ -152,10 +152,53 @@ inline float q8_block_avx2(const float* x, int8_t* y_qs, int32_t* sum) {
     return d;
 }
 
+// Q8_K as q8_K_scalar: the first element of largest magnitude maps to -127. NaNs are skipped in
+// the max as the scalar's `>` skips them (vmaxps returns its second operand on NaN).
+void q8_K_avx2(const float* x, block_q8_K* y, int64_t nb) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int64_t i = 0; i < nb; ++i, x += QK_K) {
+        __m256 m = _mm256_setzero_ps();
+        for (int j = 0; j < QK_K; j += 8) m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)), m);
+        __m128 m4 = _mm_max_ps(_mm256_extractf128_ps(m, 1), _mm256_castps256_ps128(m));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        const float amax = _mm_cvtss_f32(m4);
+        if (amax == 0.0f) {
+            memset(&y[i], 0, sizeof(block_q8_K));
+            continue;
+        }
+        float max = 0.0f;
+        const __m256 target = _mm256_set1_ps(amax);
+        for (int j = 0; j < QK_K; j += 8) {
+            const int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)), target, _CMP_EQ_OQ));
+            if (hit) { max = x[j + __builtin_ctz(hit)]; break; }
+        }
+        const float iscale = -127.f / max;
+        const __m256 is = _mm256_set1_ps(iscale);
+        const __m256i hi = _mm256_set1_epi32(127), lo = _mm256_set1_epi32(-128);
+        for (int g = 0; g < QK_K / 16; ++g) {
+            __m256i q0 = _mm256_cvtps_epi32(_mm256_mul_ps(is, _mm256_loadu_ps(x + g * 16)));
+            __m256i q1 = _mm256_cvtps_epi32(_mm256_mul_ps(is, _mm256_loadu_ps(x + g * 16 + 8)));
+            q0 = _mm256_max_epi32(_mm256_min_epi32(q0, hi), lo);
+            q1 = _mm256_max_epi32(_mm256_min_epi32(q1, hi), lo);
+            const __m256i s = _mm256_add_epi32(q0, q1);
+            __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+            s4 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
+            s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(2, 3, 0, 1)));
+            y[i].bsums[g] = (int16_t)_mm_cvtsi128_si32(s4);
+            const __m256i w16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(q0, q1), 0xD8);   // 16 x int16 in order
+            _mm_storeu_si128((__m128i*)(y[i].qs + g * 16),
+                             _mm_packs_epi16(_mm256_castsi256_si128(w16), _mm256_extracti128_si256(w16, 1)));
+        }
+        y[i].d = 1.0f / iscale;
+    }
+}
+
 }  // namespace
 
 bool quantize_act_avx2(GGMLType type, const float* x, void* dst, int64_t n) {
     switch (type) {
+        case GGMLType::Q8_K: q8_K_avx2(x, (block_q8_K*)dst, n / QK_K); return true;
         case GGMLType::Q8_0: {
             block_q8_0* y = (block_q8_0*)dst;
             for (int64_t i = 0; i < n / QK8_0; ++i) {
