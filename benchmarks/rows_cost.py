@@ -47,7 +47,7 @@ def forward_ms(model, ctx: int, rows: int, reps: int) -> float:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("-m", "--model", default="qwen2.5-coder-0.5b-q4_k_m")
+    ap.add_argument("-m", "--model", default="qwen2.5-coder-0.5b-q4_k_m", help="a known name or a GGUF path")
     ap.add_argument("--ctx", type=int, nargs="+", default=[128, 896])
     ap.add_argument("--rows", type=int, nargs="+", default=[1, 2, 4, 8, 17])
     ap.add_argument("-t", "--threads", type=int, default=2)
@@ -58,7 +58,7 @@ def main() -> int:
     print(machine.line(m))
     attn = "AVX-512" if _core.attention_avx512_available() else "AVX2" if _core.attention_avx2_available() else "scalar"
     print(f"attention kernel: {attn}")
-    path = hub.pull(args.model, quiet=True)
+    path = args.model if Path(args.model).is_file() else hub.pull(args.model, quiet=True)
     blocks = (max(args.ctx) + max(args.rows) + BLOCK - 1) // BLOCK
     model = _core.Model(str(path), args.threads, blocks, BLOCK)
     result = {"machine": m, "model": args.model, "attention_kernel": attn, "ms": {}}

@@ -107,6 +107,29 @@ def test_draft_model_greedy_equals_plain_decoding(key):
     check_lossless(key, lambda: DraftModelProposer(draft, config, max_batch_tokens=512))
 
 
+def test_draft_model_prefills_with_the_prompt():
+    """The draft model is fed each prompt chunk in the step the target computes it, so its share
+    of the prompt is paid before the first token: the first proposal only drafts."""
+    key = "smollm2-135m-q4_1"
+    draft_path = str(derived_model(key, "q4_0"))
+    seen = []
+
+    class Recording(DraftModelProposer):
+        def propose(self, seqs, limits):
+            seen.extend((len(s.spec_state.fed) if s.spec_state else 0, len(s.tokens)) for s in seqs)
+            super().propose(seqs, limits)
+
+    config = SpecConfig(mode="draft", draft_model=draft_path, draft_max=4, draft_p_min=0.0)
+    proposer = Recording(_core.Model(draft_path, 2, 700, 16), config, max_batch_tokens=64)
+    prompt = (greedy_rows(key)[0]["prompt_ids"] * 40)[:150]         # three chunks of up to 64 tokens
+    engine = make_engine(key, proposer, max_batch_tokens=64)
+    (tokens, _), = run(engine, [prompt])
+    assert tokens == run(make_engine(key, max_batch_tokens=64), [prompt])[0][0]
+    fed, n_tokens = seen[0]
+    assert n_tokens == len(prompt) + 1 and fed == len(prompt), \
+        f"at the first proposal the draft had {fed} of the {len(prompt)} prompt tokens"
+
+
 def test_incompatible_draft_vocabulary_is_refused():
     smol = GGUFFile(str(model_file("smollm2-135m-q4_1"))).metadata
     qwen = GGUFFile(str(model_file("qwen2.5-coder-0.5b-q4_k_m"))).metadata

@@ -450,6 +450,7 @@ class Engine:
                                         self._logits_out(len(rows)))                 # [n_rows, n_vocab]
             self.scheduler.commit(schedule)
             self._count(schedule, len(tokens))
+            self._prefill_drafts(schedule)
             first = 0
             for c in schedule.chunks:
                 if not c.wants_logits:
@@ -464,6 +465,16 @@ class Engine:
                     self._finish(seq, "error", RequestOutput(seq.seq_id, [], "", error=e), flush=False)
                 first += n_rows
             return True
+
+    def _prefill_drafts(self, schedule: Schedule) -> None:
+        """Give the proposer the prompt chunks of speculating sequences this step computed,
+        before their first token is sampled (a draft model prefills with the target)."""
+        if self.proposer is None:
+            return
+        chunks = [(c.seq, c.start + c.n_tokens) for c in schedule.chunks
+                  if c.n_draft == 0 and c.start < c.seq.n_prompt and c.seq.payload.speculate]
+        if chunks:
+            self.proposer.prefill(chunks)
 
     def _propose(self) -> None:
         """Let the proposer draft tokens for every speculating sequence about to decode. A

@@ -96,6 +96,9 @@ class NgramProposer:
         self.draft_max, self.draft_min = config.draft_max, config.draft_min
         self.sizes = list(range(config.ngram_max, config.ngram_min - 1, -1))
 
+    def prefill(self, chunks: Seq[tuple[Sequence, int]]) -> None:
+        """Nothing to do: the n-gram index is built from the sequence's tokens as it drafts."""
+
     def propose(self, seqs: Seq[Sequence], limits: Seq[int]) -> None:
         for seq, limit in zip(seqs, limits):
             draft = self.lookup(seq, min(limit, self._cap(seq)))
@@ -200,6 +203,23 @@ class DraftModelProposer:
         st.table.truncate(n)
         st.confirmed = n
         return st
+
+    def prefill(self, chunks: Seq[tuple[Sequence, int]]) -> None:
+        """Feed the draft model each sequence's tokens up to `end` (the end of the prompt chunk
+        the target has just processed), in the same engine step: the draft's share of a prompt
+        is paid before the first token, with the prompt, not by the first decode step. Prompt
+        tokens the target took from its prefix cache are fed here too."""
+        items = []
+        for seq, end in chunks:
+            st = self._state(seq)
+            if len(st.fed) < end:
+                items.append((seq, seq.tokens[len(st.fed):end]))
+        if items:
+            self._feed(items)
+            for seq, _ in items:
+                st = seq.spec_state
+                if st is not None:
+                    st.confirmed = len(st.fed)
 
     def propose(self, seqs: Seq[Sequence], limits: Seq[int]) -> None:
         need = max(1, self.draft_min)
