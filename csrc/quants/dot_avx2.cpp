@@ -121,15 +121,15 @@ struct IQ4_NLStep {
     static __m256i dot(const WBlock& w, __m256i y) { return dot_i8(w, y); }   // |grid| <= 127
 };
 
-// Activation blocks: Q8_0 (d, qs) or Q8_1 (d, s, qs).
+// Activation blocks: Q8_0 (d, qs) or Q8_1 (d, s, qs): the quants and s (the scales d of a
+// tile's blocks are converted together, act_scales).
 template <int kX>
 struct ActBlock {
     __m256i q;
-    float d, s;
+    float s;
     static ActBlock load(const uint8_t* p) {
         constexpr int qs = kX == (int)sizeof(block_q8_1) ? 4 : 2;
-        return {_mm256_loadu_si256((const __m256i*)(p + qs)), h2f(load_u16(p)),
-                qs == 4 ? h2f(load_u16(p + 2)) : 0.0f};
+        return {_mm256_loadu_si256((const __m256i*)(p + qs)), qs == 4 ? h2f(load_u16(p + 2)) : 0.0f};
     }
 };
 
