@@ -39,11 +39,11 @@ void attention(ThreadPool& pool, const KVCache& kv, int layer, const float* q, f
 
 // The same attention in llama.cpp's float order (Numerics::LlamaCpp; attention_ggml.cpp): the
 // q.k and p.V sums follow tinyBLAS when the batch has two or more tokens, ggml's vec_dot_f16
-// when it has one, and the softmax is ggml's. `reference`: the scalar code the AVX-512 path is
-// held to (bit-identical).
+// when it has one, and the softmax is ggml's. `kernel` picks the level as for attention(); the
+// AVX2 and AVX-512 paths are held bit for bit to the scalar code (Scalar).
 void attention_ggml(ThreadPool& pool, const KVCache& kv, int layer, const float* q, float* out,
                     const Batch& b, int n_head, int n_head_kv, int head_dim, float scale, int window,
-                    float softcap = 0.0f, bool reference = false);
+                    float softcap = 0.0f, AttnKernel kernel = AttnKernel::Auto);
 
 // Attention logit soft-capping as llama.cpp computes it (ggml_scale, ggml_tanh, ggml_scale):
 // tanh(s * (1/cap)) * cap; cap 0 = none.

@@ -23,7 +23,7 @@
 
 #include "fp16.h"
 #include "ggml_math.h"
-#if defined(__AVX512F__)
+#if defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
@@ -92,23 +92,20 @@ struct Row {
     }
 };
 
-void attend_row_ref(const Call& c, const float* q_row, float* out, int64_t t, int kv_head, RowScratch& s) {
+// One row in llama.cpp's order, its two products given as qk(q, k, hd, batched) -> score and
+// pv(s, start, pos, out) (the scalar statements below, or the AVX2 ones), the softmax shared.
+template <class QK, class PV>
+void attend_row(const Call& c, const float* q_row, float* out, int64_t t, int kv_head, RowScratch& s, QK qk, PV pv) {
     const Row row(c, t, kv_head);
     const int32_t pos = row.pos, start = row.start;
     const int hd = c.hd;
-    const bool batched = c.batched;
     s.q.resize(hd), s.w.assign(pos + 1, 0.0f), s.p.assign(pos + 1, 0.0f), s.k.resize(pos + 1), s.v.resize(pos + 1);
     for (int d = 0; d < hd; ++d) s.q[d] = f16r(q_row[d]);
-    const float* q = s.q.data();
     float max = -INFINITY;
     for (int32_t p = start; p <= pos; ++p) {
         s.k[p] = row.k(c, p);
         s.v[p] = row.v(c, p);
-        const fp16_t* k = s.k[p];
-        auto kk = [k](int i) { return fp16_to_f32(k[i]); };
-        auto qq = [q](int i) { return q[i]; };
-        const float dot = batched && hd % 16 == 0 ? tinyblas_order(hd, kk, qq) : vec_dot_f16_order(hd, kk, qq);
-        s.w[p] = softcap_score(dot * c.scale, c.softcap);
+        s.w[p] = softcap_score(qk(s.q.data(), s.k[p], hd, c.batched) * c.scale, c.softcap);
         max = std::max(max, s.w[p]);
     }
     double sum = 0.0;
@@ -122,7 +119,17 @@ void attend_row_ref(const Call& c, const float* q_row, float* out, int64_t t, in
     }
     const float inv = (float)(1.0 / sum);
     for (int32_t p = start; p <= pos; ++p) s.p[p] = f16r(s.w[p] * inv);
-    // p.V over positions: lane = position mod 16; positions outside [start, pos] contribute 0.
+    pv(s, start, pos, hd, c.batched, out);
+}
+
+float qk_ref(const float* q, const fp16_t* k, int hd, bool batched) {
+    auto kk = [k](int i) { return fp16_to_f32(k[i]); };
+    auto qq = [q](int i) { return q[i]; };
+    return batched && hd % 16 == 0 ? tinyblas_order(hd, kk, qq) : vec_dot_f16_order(hd, kk, qq);
+}
+
+// p.V over positions: lane = position mod 16; positions outside [start, pos] contribute 0.
+void pv_ref(const RowScratch& s, int32_t start, int32_t pos, int hd, bool batched, float* out) {
     const int n = (pos / 64 + 1) * 64;   // whole 64-groups, as the cache padding makes them in llama.cpp
     const float* pr = s.p.data();
     for (int d = 0; d < hd; ++d) {
@@ -131,6 +138,71 @@ void attend_row_ref(const Call& c, const float* q_row, float* out, int64_t t, in
         out[d] = batched && hd % 4 == 0 ? tinyblas_order(n, vv, pp) : vec_dot_f16_order(n, vv, pp);
     }
 }
+
+void attend_row_ref(const Call& c, const float* q_row, float* out, int64_t t, int kv_head, RowScratch& s) {
+    attend_row(c, q_row, out, t, kv_head, s, qk_ref, pv_ref);
+}
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define LLL_ATTN_GGML_AVX2 1
+// The 16 lanes as two ymm halves (lanes 0-7, 8-15): each lane's FMA chain is the same
+// operations in the same order as the scalar statement and the AVX-512 kernel, so the same bits.
+struct Lanes16 {
+    __m256 lo, hi;
+    static Lanes16 zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
+    static Lanes16 load(const float* p) { return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
+    static Lanes16 load_h(const fp16_t* p) {
+        return {_mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)p)), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(p + 8)))};
+    }
+    void store(float* p) const { _mm256_storeu_ps(p, lo), _mm256_storeu_ps(p + 8, hi); }
+    Lanes16 fma(Lanes16 a, Lanes16 b) const { return {_mm256_fmadd_ps(a.lo, b.lo, lo), _mm256_fmadd_ps(a.hi, b.hi, hi)}; }
+    Lanes16 operator+(Lanes16 o) const { return {_mm256_add_ps(lo, o.lo), _mm256_add_ps(hi, o.hi)}; }
+    float reduce() const {
+        float a[kL];
+        store(a);
+        return ggml_order::reduce16(a);
+    }
+};
+
+float qk_avx2(const float* q, const fp16_t* k, int hd, bool batched) {
+    if (batched && hd % kL == 0) {   // tinyBLAS
+        Lanes16 acc = Lanes16::zero();
+        for (int i = 0; i < hd; i += kL) acc = acc.fma(Lanes16::load_h(k + i), Lanes16::load(q + i));
+        return acc.reduce();
+    }
+    Lanes16 s[4] = {Lanes16::zero(), Lanes16::zero(), Lanes16::zero(), Lanes16::zero()};   // vec_dot_f16
+    const int np = hd & ~63;
+    for (int i = 0; i < np; i += 64)
+        for (int j = 0; j < 4; ++j) s[j] = s[j].fma(Lanes16::load_h(k + i + 16 * j), Lanes16::load(q + i + 16 * j));
+    double sum = ((s[0] + s[2]) + (s[1] + s[3])).reduce();
+    for (int i = np; i < hd; ++i) sum += (double)(fp16_to_f32(k[i]) * q[i]);
+    return (float)sum;
+}
+
+// p.V for 16 output dims at a time, as pv_avx512: slot = position mod 16 (tinyBLAS) or mod 64
+// (vec_dot_f16), each slot a sequential FMA chain over its positions, then the lane tree.
+void pv_avx2(const RowScratch& s, int32_t start, int32_t pos, int hd, bool batched, float* out) {
+    if (hd % kL) return pv_ref(s, start, pos, hd, batched, out);
+    const bool tiny = batched && hd % 4 == 0;
+    const int slots = tiny ? 16 : 64;
+    Lanes16 acc[64];
+    for (int d0 = 0; d0 < hd; d0 += kL) {
+        for (int j = 0; j < slots; ++j) acc[j] = Lanes16::zero();
+        for (int32_t p = start; p <= pos; ++p) {
+            const __m256 pp = _mm256_set1_ps(s.p[p]);
+            acc[p % slots] = acc[p % slots].fma(Lanes16::load_h(s.v[p] + d0), Lanes16{pp, pp});
+        }
+        if (!tiny)
+            for (int l = 0; l < kL; ++l) acc[l] = (acc[l] + acc[32 + l]) + (acc[16 + l] + acc[48 + l]);
+        Lanes16 t[8], u[4];
+        for (int i = 0; i < 8; ++i) t[i] = acc[i + 8] + acc[i];
+        for (int i = 0; i < 4; ++i) u[i] = t[i + 4] + t[i];
+        ((u[0] + u[2]) + (u[1] + u[3])).store(out + d0);
+    }
+}
+#else
+#define LLL_ATTN_GGML_AVX2 0
+#endif
 
 #if defined(__AVX512F__) && defined(__AVX512DQ__) && defined(__F16C__)
 #define LLL_ATTN_GGML_AVX512 1
@@ -224,7 +296,7 @@ void attend_row_avx512(const Call& c, const float* q_row, float* out, int64_t t,
 
 void attention_ggml(ThreadPool& pool, const KVCache& kv, int layer, const float* q, float* out, const Batch& b,
                     int n_head, int n_head_kv, int head_dim, float scale, int window, float softcap,
-                    bool reference) {
+                    AttnKernel kernel) {
     check_attention_call(kv, b, n_head, n_head_kv, head_dim, window);   // every index below relies on it
     if (!kv.is_f16())
         throw std::invalid_argument("attention: llama.cpp numerics read an f16 KV cache only (this one is " +
@@ -233,25 +305,39 @@ void attention_ggml(ThreadPool& pool, const KVCache& kv, int layer, const float*
     const int64_t rows = b.n_tokens * n_head;
     const int group = n_head / n_head_kv;
     const Call call{kv, layer, b, head_dim, scale, window, b.n_tokens >= 2, softcap};
+    // The widest path asked for that this process may use; every path gives the scalar bits.
+    if (kernel == AttnKernel::AVX512 && !attention_avx512_available())
+        throw std::invalid_argument("attention: the AVX-512 kernel is not available on this CPU/build");
+    if (kernel == AttnKernel::AVX2 && !attention_avx2_available())
+        throw std::invalid_argument("attention: the AVX2 kernel is not available on this CPU/build");
+    AttnKernel path = AttnKernel::Scalar;
 #if LLL_ATTN_GGML_AVX512
-    static const bool avx512 = attention_avx512_available();
-    const bool fast = !reference && avx512 && head_dim % kL == 0;
-#else
-    (void)reference;   // the scalar code is the only path
+    if ((kernel == AttnKernel::Auto || kernel == AttnKernel::AVX512) && attention_avx512_available() &&
+        head_dim % kL == 0)
+        path = AttnKernel::AVX512;
+    else
+#endif
+#if LLL_ATTN_GGML_AVX2
+    if ((kernel == AttnKernel::Auto || kernel == AttnKernel::AVX2) && attention_avx2_available())
+        path = AttnKernel::AVX2;
 #endif
     std::atomic<int64_t> next{0};
     auto work = [&](int, int) {
         thread_local RowScratch s;
         for (int64_t r; (r = next.fetch_add(1, std::memory_order_relaxed)) < rows;) {
             const int64_t t = r / n_head;
-            const int h = (int)(r % n_head);
+            const int kvh = (int)(r % n_head) / group;
+            const float* qr = q + r * head_dim;
+            float* o = out + r * head_dim;
+            switch (path) {
 #if LLL_ATTN_GGML_AVX512
-            if (fast) {
-                attend_row_avx512(call, q + r * head_dim, out + r * head_dim, t, h / group, s);
-                continue;
-            }
+                case AttnKernel::AVX512: attend_row_avx512(call, qr, o, t, kvh, s); break;
 #endif
-            attend_row_ref(call, q + r * head_dim, out + r * head_dim, t, h / group, s);
+#if LLL_ATTN_GGML_AVX2
+                case AttnKernel::AVX2: attend_row(call, qr, o, t, kvh, s, qk_avx2, pv_avx2); break;
+#endif
+                default: attend_row_ref(call, qr, o, t, kvh, s);
+            }
         }
     };
     if (pool.size() > 1 && rows > 1) pool.run(work);

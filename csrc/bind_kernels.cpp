@@ -406,7 +406,7 @@ py::array_t<float> attention_test_py(const F32Array& q, const F32Array& k, const
     std::lock_guard<std::mutex> lock(sp.busy);
     if (numerics == "llama.cpp")
         lll::attention_ggml(sp.pool, kv, 0, qsub.data(), op, qb, (int)n_head, (int)n_head_kv, (int)hd, scale, window,
-                            softcap, kernel == 0);
+                            softcap, static_cast<lll::AttnKernel>(kernel));
     else
         lll::attention(sp.pool, kv, 0, qsub.data(), op, qb, (int)n_head, (int)n_head_kv, (int)hd, scale, window,
                        softcap, static_cast<lll::AttnKernel>(kernel));

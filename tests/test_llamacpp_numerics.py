@@ -3,7 +3,8 @@
 They reproduce llama.cpp's x86 float order exactly; tests/test_fidelity.py holds the whole
 forward to llama.cpp's logits bit for bit. Here each kernel is held to an independent numpy
 statement of the order it claims (ggml's 8 lane accumulators, its horizontal-add trees), and its
-AVX-512 path to its scalar reference, bit for bit.
+SIMD paths (AVX2 and AVX-512 for the legacy matmuls, AVX-512 for attention) to its scalar
+reference, bit for bit.
 """
 from __future__ import annotations
 
@@ -73,11 +74,12 @@ def _legacy_numpy(w_raw: np.ndarray, wtype: int, x_raw: np.ndarray) -> np.ndarra
 
 @pytest.mark.parametrize("name", sorted(LEGACY))
 def test_legacy_matmul_is_ggmls_order(name):
-    """The kernel against an independent numpy statement of ggml's order, and its AVX-512 path
-    against its scalar reference, bit for bit; rows of 1 to 7 activations (decode, tiles, edges)."""
+    """The kernel against an independent numpy statement of ggml's order, and its SIMD path (the
+    best this CPU has) against its scalar reference, bit for bit; rows of 1 to 7 activations
+    (decode, tiles, edges) and an odd number of weight rows (the pair tiles' last row)."""
     wtype = LEGACY[name]
     rng = np.random.default_rng(wtype)
-    N, K = 24, 256
+    N, K = 25, 256
     w = _core.quantize(rng.standard_normal((N, K)).astype(f32) * 0.1, wtype).reshape(N, -1)
     vdt = 9 if wtype in (3, 7) else 8
     for M in (1, 3, 4, 7):
@@ -124,16 +126,17 @@ def test_swiglu_is_ggmls_silu():
 
 @pytest.mark.parametrize("lengths,window", [([37], 0), ([70, 9, 23], 0), ([40, 17], 12)])
 @pytest.mark.parametrize("hd", [64, 256])
-def test_attention_llamacpp_fast_equals_reference(lengths, window, hd):
-    """AVX-512 path vs the scalar statement of llama.cpp's order, for batches of one query row
-    (vec_dot_f16 order) and of several (tinyBLAS order), GQA, sliding windows."""
-    if not _core.attention_avx512_available():
-        pytest.skip("no AVX-512 here: only the scalar path exists")
+@pytest.mark.parametrize("kernel", [1, 2], ids=["avx2", "avx512"])
+def test_attention_llamacpp_fast_equals_reference(lengths, window, hd, kernel):
+    """AVX2 and AVX-512 paths vs the scalar statement of llama.cpp's order, for batches of one
+    query row (vec_dot_f16 order) and of several (tinyBLAS order), GQA, sliding windows."""
+    if not (_core.attention_avx2_available() if kernel == 1 else _core.attention_avx512_available()):
+        pytest.skip("this CPU does not run that level")
     b = make_batch(lengths, n_head=4, n_head_kv=2, hd=hd, seed=hd)
     rows_all = np.arange(len(b.positions), dtype=np.int32)
     for rows in (rows_all, rows_all[-1:], rows_all[5:6]):
         args = (b.q, b.k, b.v, b.positions, b.seq, b.tables, b.n_blocks, b.block_size, rows, 0.125, window)
-        fast = _core.attention_test(*args, kernel=2, numerics="llama.cpp")
+        fast = _core.attention_test(*args, kernel=kernel, numerics="llama.cpp")
         ref = _core.attention_test(*args, kernel=0, numerics="llama.cpp")
         assert np.array_equal(fast.view(np.uint32), ref.view(np.uint32)), f"rows {len(rows)}"
 

@@ -100,12 +100,34 @@ DotFn ref_fn(GGMLType t) {
     }
 }
 
-#if LLL_BUILD_AVX512
+typedef void (*RowsFn)(int64_t, const uint8_t*, size_t, int64_t, int64_t, const uint8_t*, size_t, const float*,
+                       const int32_t*, int64_t, float*, int64_t);
+typedef void (*ActFn)(const uint8_t*, size_t, int64_t, int64_t, float*, int32_t*);
+struct FastFns { RowsFn rows; ActFn act; };
+
+#if LLL_BUILD_AVX2
 inline __m256i nibbles(const uint8_t* qs) {   // low nibbles -> bytes 0..15, high -> 16..31
     const __m128i v = _mm_loadu_si128((const __m128i*)qs);
     const __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(v), _mm_srli_epi16(v, 4), 1);
     return _mm256_and_si256(both, _mm256_set1_epi8(15));
 }
+
+// Activation block scales as floats, converted once per matmul instead of once per weight row:
+// xs[2 * (m * nb + b)] = d, [.. + 1] = s (Q8_1's d * sum of quants; 0 for Q8_0).
+template <class XB>
+void act_scales(const uint8_t* X, size_t xrb, int64_t M, int64_t nb, float* xs) {
+    for (int64_t m = 0; m < M; ++m)
+        for (int64_t b = 0; b < nb; ++b) {
+            const XB& xb = ((const XB*)(X + m * xrb))[b];
+            xs[2 * (m * nb + b)] = _cvtsh_ss(xb.d);
+            if constexpr (sizeof(XB) == sizeof(block_q8_1)) xs[2 * (m * nb + b) + 1] = _cvtsh_ss(((const block_q8_1&)xb).s);
+            else xs[2 * (m * nb + b) + 1] = 0.0f;
+        }
+}
+
+#endif
+
+#if LLL_BUILD_AVX512
 inline __m256i fifth_bits(const uint8_t* qh) {   // byte e = 16 when bit e of qh is set
     uint32_t h;
     memcpy(&h, qh, 4);
@@ -134,19 +156,6 @@ void act_lane_init(const uint8_t* X, size_t xrb, int64_t M, int64_t nb, int32_t*
             const XB& xb = ((const XB*)(X + m * xrb))[b];
             for (int j = 0; j < 8; ++j)
                 init[8 * (m * nb + b) + j] = -kBias<WB> * (xb.qs[4 * j] + xb.qs[4 * j + 1] + xb.qs[4 * j + 2] + xb.qs[4 * j + 3]);
-        }
-}
-
-// Activation block scales as floats, converted once per matmul instead of once per weight row:
-// xs[2 * (m * nb + b)] = d, [.. + 1] = s (Q8_1's d * sum of quants; 0 for Q8_0).
-template <class XB>
-void act_scales(const uint8_t* X, size_t xrb, int64_t M, int64_t nb, float* xs) {
-    for (int64_t m = 0; m < M; ++m)
-        for (int64_t b = 0; b < nb; ++b) {
-            const XB& xb = ((const XB*)(X + m * xrb))[b];
-            xs[2 * (m * nb + b)] = _cvtsh_ss(xb.d);
-            if constexpr (sizeof(XB) == sizeof(block_q8_1)) xs[2 * (m * nb + b) + 1] = _cvtsh_ss(((const block_q8_1&)xb).s);
-            else xs[2 * (m * nb + b) + 1] = 0.0f;
         }
 }
 
@@ -229,11 +238,6 @@ void rows_avx512(int64_t K, const uint8_t* W, size_t wrb, int64_t n0, int64_t n1
     }
 }
 
-typedef void (*RowsFn)(int64_t, const uint8_t*, size_t, int64_t, int64_t, const uint8_t*, size_t, const float*,
-                       const int32_t*, int64_t, float*, int64_t);
-typedef void (*ActFn)(const uint8_t*, size_t, int64_t, int64_t, float*, int32_t*);
-struct FastFns { RowsFn rows; ActFn act; };
-
 // Per activation block, once per matmul: the float scales and the lanes' bias start values.
 template <class WB, class XB>
 void act_prepare(const uint8_t* X, size_t xrb, int64_t M, int64_t nb, float* xs, int32_t* init) {
@@ -241,10 +245,122 @@ void act_prepare(const uint8_t* X, size_t xrb, int64_t M, int64_t nb, float* xs,
     if constexpr (kBias<WB> != 0) act_lane_init<WB, XB>(X, xrb, M, nb, init);
 }
 
-template <class WB, class XB> constexpr FastFns fns() { return {rows_avx512<WB, XB>, act_prepare<WB, XB>}; }
+template <class WB, class XB> constexpr FastFns fns512() { return {rows_avx512<WB, XB>, act_prepare<WB, XB>}; }
+#endif
+
+#if LLL_BUILD_AVX2
+// AVX2 (no VNNI): ggml's 8 lanes are one ymm per output. A lane's 4-element integer sum is
+// vpmaddubsw (pairs, int16) then vpmaddwd with ones: exact, because no pair reaches int16's
+// limit: 4/5-bit weights are at most 31 in magnitude, and Q8_0 weights go through the sign trick
+// (|w| times x with w's sign), at most 128 x 127 x 2 since ggml's quantizer never writes -128
+// into an activation block.
+inline __m256i fifth_bits2(const uint8_t* qh) {   // byte e = 16 when bit e of qh is set
+    uint32_t h;
+    memcpy(&h, qh, 4);
+    const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32((int)h),
+                                              _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
+                                                                0x0101010101010101, 0x0000000000000000));
+    const __m256i bit = _mm256_set1_epi64x((int64_t)0x8040201008040201);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit), _mm256_set1_epi8(16));
+}
+// The block's 32 quants as ggml multiplies them: signed for the bias types, unsigned for Q4_1/Q5_1.
+template <class WB> inline __m256i quants256(const WB& b) {
+    if constexpr (std::is_same_v<WB, block_q8_0>) return _mm256_loadu_si256((const __m256i*)b.qs);
+    else if constexpr (std::is_same_v<WB, block_q4_0>) return _mm256_sub_epi8(nibbles(b.qs), _mm256_set1_epi8(8));
+    else if constexpr (std::is_same_v<WB, block_q5_0>)
+        return _mm256_sub_epi8(_mm256_or_si256(nibbles(b.qs), fifth_bits2(b.qh)), _mm256_set1_epi8(16));
+    else if constexpr (std::is_same_v<WB, block_q5_1>) return _mm256_or_si256(nibbles(b.qs), fifth_bits2(b.qh));
+    else return nibbles(b.qs);   // Q4_1
+}
+// The 8 lanes' 4-element sums of weight quants q (absolute values aq for the signed types) and
+// activation quants xq.
+template <class WB> inline __m256i lane_sums(__m256i q, __m256i aq, __m256i xq) {
+    const __m256i pairs = kHasMin<WB> ? _mm256_maddubs_epi16(q, xq) : _mm256_maddubs_epi16(aq, _mm256_sign_epi8(xq, q));
+    return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+}
+
+// Two weight rows against C activation rows, one ymm of ggml's 8 lanes per output.
+template <class WB, class XB, int C>
+void row_pair_tile2(int64_t nb, const WB* w0, const WB* w1, const uint8_t* x, size_t xrb, const float* xs,
+                    float* y, int64_t ldy) {
+    __m256 acc[C][2];
+    float summs[C][2];
+    for (int c = 0; c < C; ++c) acc[c][0] = acc[c][1] = _mm256_setzero_ps(), summs[c][0] = summs[c][1] = 0.0f;
+    for (int64_t b = 0; b < nb; ++b) {
+        const __m256i q0 = quants256<WB>(w0[b]), q1 = quants256<WB>(w1[b]);
+        const __m256i aq0 = _mm256_abs_epi8(q0), aq1 = _mm256_abs_epi8(q1);
+        const float wd0 = _cvtsh_ss(w0[b].d), wd1 = _cvtsh_ss(w1[b].d);
+        float wm0 = 0.0f, wm1 = 0.0f;
+        if constexpr (kHasMin<WB>) wm0 = _cvtsh_ss(w0[b].m), wm1 = _cvtsh_ss(w1[b].m);
+        for (int c = 0; c < C; ++c) {
+            const XB& xb = ((const XB*)(x + c * xrb))[b];
+            const float* sc = xs + 2 * (c * nb + b);
+            const __m256i xq = _mm256_loadu_si256((const __m256i*)xb.qs);
+            if constexpr (kHasMin<WB>) {
+                summs[c][0] = fmaf(wm0, sc[1], summs[c][0]);
+                summs[c][1] = fmaf(wm1, sc[1], summs[c][1]);
+            }
+            acc[c][0] = _mm256_fmadd_ps(_mm256_set1_ps(wd0 * sc[0]), _mm256_cvtepi32_ps(lane_sums<WB>(q0, aq0, xq)), acc[c][0]);
+            acc[c][1] = _mm256_fmadd_ps(_mm256_set1_ps(wd1 * sc[0]), _mm256_cvtepi32_ps(lane_sums<WB>(q1, aq1, xq)), acc[c][1]);
+        }
+    }
+    for (int c = 0; c < C; ++c) {
+        alignas(32) float a[16];
+        _mm256_store_ps(a, acc[c][0]);
+        _mm256_store_ps(a + 8, acc[c][1]);
+        y[c * ldy] = hsum8(a) + summs[c][0];
+        y[c * ldy + 1] = hsum8(a + 8) + summs[c][1];
+    }
+}
+
+template <class WB, class XB>
+void rows_avx2(int64_t K, const uint8_t* W, size_t wrb, int64_t n0, int64_t n1, const uint8_t* X, size_t xrb,
+               const float* xs, const int32_t*, int64_t M, float* Y, int64_t ldy) {
+    constexpr int C = 4;
+    const int64_t nb = K / 32;
+    for (int64_t m = 0; m < M; m += C) {
+        const int64_t c = std::min<int64_t>(C, M - m);
+        const float* xsm = xs + 2 * m * nb;
+        const uint8_t* xm = X + m * xrb;
+        for (int64_t n = n0; n < n1; n += 2) {
+            const WB* w0 = (const WB*)(W + n * wrb);
+            const WB* w1 = n + 1 < n1 ? (const WB*)(W + (n + 1) * wrb) : w0;   // an odd last row: twice
+            float two[2 * C];
+            float* y = n + 1 < n1 ? Y + m * ldy + n : two;
+            const int64_t ly = n + 1 < n1 ? ldy : 2;
+            switch (c) {
+                case 4: row_pair_tile2<WB, XB, 4>(nb, w0, w1, xm, xrb, xsm, y, ly); break;
+                case 3: row_pair_tile2<WB, XB, 3>(nb, w0, w1, xm, xrb, xsm, y, ly); break;
+                case 2: row_pair_tile2<WB, XB, 2>(nb, w0, w1, xm, xrb, xsm, y, ly); break;
+                default: row_pair_tile2<WB, XB, 1>(nb, w0, w1, xm, xrb, xsm, y, ly); break;
+            }
+            if (y == two)
+                for (int64_t i = 0; i < c; ++i) Y[(m + i) * ldy + n] = two[2 * i];
+        }
+    }
+}
+
+// The float scales alone: these lanes need no bias start.
+template <class XB>
+void act_scales_only(const uint8_t* X, size_t xrb, int64_t M, int64_t nb, float* xs, int32_t*) {
+    act_scales<XB>(X, xrb, M, nb, xs);
+}
+
+template <class WB, class XB> constexpr FastFns fns2() { return {rows_avx2<WB, XB>, act_scales_only<XB>}; }
+#endif
+
+// The widest level this process may use (LOCALLLM_ISA caps it), or none: the scalar reference.
+template <class WB, class XB> FastFns fns() {
+#if LLL_BUILD_AVX512
+    if (isa_available(Isa::AVX512)) return fns512<WB, XB>();
+#endif
+#if LLL_BUILD_AVX2
+    if (isa_available(Isa::AVX2)) return fns2<WB, XB>();
+#endif
+    return {nullptr, nullptr};
+}
 
 FastFns fast_fn(GGMLType t) {
-    if (!isa_available(Isa::AVX512)) return {nullptr, nullptr};
     switch (t) {
         case GGMLType::Q4_0: return fns<block_q4_0, block_q8_0>();
         case GGMLType::Q4_1: return fns<block_q4_1, block_q8_1>();
@@ -254,13 +370,6 @@ FastFns fast_fn(GGMLType t) {
         default: return {nullptr, nullptr};
     }
 }
-#else
-typedef void (*RowsFn)(int64_t, const uint8_t*, size_t, int64_t, int64_t, const uint8_t*, size_t, const float*,
-                       const int32_t*, int64_t, float*, int64_t);
-typedef void (*ActFn)(const uint8_t*, size_t, int64_t, int64_t, float*, int32_t*);
-struct FastFns { RowsFn rows; ActFn act; };
-FastFns fast_fn(GGMLType) { return {nullptr, nullptr}; }
-#endif
 
 }  // namespace
 

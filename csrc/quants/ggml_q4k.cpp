@@ -22,7 +22,8 @@
 // Each output has its own accumulators (a SIMD lane of ggml's, no horizontal sums), so the
 // result depends only on the two rows and on which kernel the activation row's position picks.
 //
-// Here: dot_ref is that order in scalar code. The AVX-512 path computes the same integers (any
+// Here: dot_order is that order in scalar code, from integers formed by sub_ints_ref (scalar) or
+// sub_ints_avx2 (AVX2: exact integers, so the same bits). The AVX-512 path computes the same integers (any
 // grouping of an exact integer sum will do) and the same float steps: for M >= 4 it copies 16
 // weight rows at a time into a panel (lane r = row r, VNNI dot products) and runs 4 activation
 // rows per pass; for M < 4 (decode) it reads the GGUF rows directly, one weight row against up
@@ -76,23 +77,30 @@ inline int64_t gemm_rows(int64_t M) { return M > 3 ? M - M % 4 : 0; }
 // Sum of the Q8_K quants of sub-block j (32 elements) from the block's sums of 16.
 inline int32_t sub_sum(const block_q8_K& x, int j) { return x.bsums[2 * j] + x.bsums[2 * j + 1]; }
 
-// One output in ggml's order; pairs: the gemm's grouping (else the gemv's).
-float dot_ref(const block_q4_K* w, const block_q8_K* x, int64_t nb, bool pairs) {
+// S_j and B_j (j = 0..7) of one superblock, as the header comment defines them.
+void sub_ints_ref(const block_q4_K& w, const block_q8_K& x, int32_t* S, int32_t* B) {
+    for (int j = 0; j < 8; ++j) {
+        int sc, m;
+        scale_min(w.scales, j, &sc, &m);
+        // Sub-blocks 2c and 2c+1 are the low and high nibbles of the 32 bytes qs[32c..].
+        const uint8_t* q = w.qs + 32 * (j / 2);
+        const int shift = 4 * (j & 1);
+        const int8_t* xq = x.qs + 32 * j;
+        int32_t dot = 0;
+        for (int l = 0; l < 32; ++l) dot += ((q[l] >> shift) & 15) * xq[l];
+        S[j] = sc * dot;
+        B[j] = m * sub_sum(x, j);
+    }
+}
+
+// One output in ggml's order from the integers of `ints` (sub_ints_ref or its AVX2 twin);
+// pairs: the gemm's grouping (else the gemv's).
+template <class Ints>
+float dot_order(const block_q4_K* w, const block_q8_K* x, int64_t nb, bool pairs, Ints ints) {
     float acc = 0.0f, accm = 0.0f;
     for (int64_t b = 0; b < nb; ++b) {
         int32_t S[8], B[8];
-        for (int j = 0; j < 8; ++j) {
-            int sc, m;
-            scale_min(w[b].scales, j, &sc, &m);
-            // Sub-blocks 2c and 2c+1 are the low and high nibbles of the 32 bytes qs[32c..].
-            const uint8_t* q = w[b].qs + 32 * (j / 2);
-            const int shift = 4 * (j & 1);
-            const int8_t* xq = x[b].qs + 32 * j;
-            int32_t dot = 0;
-            for (int l = 0; l < 32; ++l) dot += ((q[l] >> shift) & 15) * xq[l];
-            S[j] = sc * dot;
-            B[j] = m * sub_sum(x[b], j);
-        }
+        ints(w[b], x[b], S, B);
         const float dd = fp16_to_f32(w[b].d) * x[b].d;
         const float dm = fp16_to_f32(w[b].dmin) * x[b].d;
         if (pairs) {
@@ -109,6 +117,31 @@ float dot_ref(const block_q4_K* w, const block_q8_K* x, int64_t nb, bool pairs) 
     }
     return acc - accm;
 }
+
+#if LLL_BUILD_AVX2
+// sub_ints_ref with AVX2 integer sums (exact: nibble x int8 pairs stay within int16). The float
+// steps stay in dot_order, one output at a time.
+void sub_ints_avx2(const block_q4_K& w, const block_q8_K& x, int32_t* S, int32_t* B) {
+    const __m256i m4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
+    __m256i v[8];   // v[j]: sub-block j's dot product in 8 partial lanes
+    for (int c = 0; c < 4; ++c) {
+        const __m256i q = _mm256_loadu_si256((const __m256i*)(w.qs + 32 * c));
+        const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        v[2 * c] = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i*)(x.qs + 64 * c))), ones);
+        v[2 * c + 1] = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i*)(x.qs + 64 * c + 32))), ones);
+    }
+    const __m256i u0 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+    const __m256i u1 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+    const __m256i dots = _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u0, u1, 0x31));
+    uint64_t sc, mn;
+    unpack_scales(w.scales, &sc, &mn);
+    const __m256i sc8 = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc));
+    const __m256i mn8 = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)mn));
+    const __m256i subs = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)x.bsums), ones);   // sub_sum(x, j)
+    _mm256_storeu_si256((__m256i*)S, _mm256_mullo_epi32(dots, sc8));
+    _mm256_storeu_si256((__m256i*)B, _mm256_mullo_epi32(subs, mn8));
+}
+#endif
 
 #if LLL_BUILD_AVX512
 // One superblock of 16 weight rows, lane r = row r: what the 4-row kernel loads per step.
@@ -292,6 +325,10 @@ bool matmul_q4_K(ThreadPool& pool, const void* W, int64_t N, int64_t K, const fl
 #if LLL_BUILD_AVX512
     fast = !use_reference && isa_available(Isa::AVX512);
 #endif
+    auto ints = sub_ints_ref;
+#if LLL_BUILD_AVX2
+    if (!use_reference && isa_available(Isa::AVX2)) ints = sub_ints_avx2;
+#endif
     const uint8_t* x = quantized_activations(pool, GGMLType::Q8_K, X, M, K);
     const uint8_t* w = (const uint8_t*)W;
     const int64_t mg = gemm_rows(M);
@@ -307,7 +344,7 @@ bool matmul_q4_K(ThreadPool& pool, const void* W, int64_t N, int64_t K, const fl
 #endif
         for (int64_t m = 0; m < M; ++m)
             for (int64_t n = n0; n < n1; ++n)
-                Y[m * ldy + n] = dot_ref((const block_q4_K*)(w + n * wrb), (const block_q8_K*)(x + m * xrb), nb, m < mg);
+                Y[m * ldy + n] = dot_order((const block_q4_K*)(w + n * wrb), (const block_q8_K*)(x + m * xrb), nb, m < mg, ints);
     });
     return true;
 }

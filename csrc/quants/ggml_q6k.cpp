@@ -100,13 +100,62 @@ void rows_ref(int64_t nb, const block_q6_K* W, int64_t n0, int64_t n1, const blo
             Y[m * ldy + n] = tiled ? dot_tiled_ref(nb, W + n * nb, X + m * nb) : dot_vec_ref(nb, W + n * nb, X + m * nb);
 }
 
+// ---------------------------------------------------------------- AVX2
+
+#if LLL_BUILD_AVX2
+// A weight block in registers for AVX2: quants in element order (q[k]: elements 32k..32k+31),
+// the int16 multiplier of each byte pair of q[k] (pair j: subblock 2k + j / 8), the 16 scales as
+// int16 (for the bsums correction), and d_w.
+struct WRegs2 {
+    __m256i q[8], sc[8];
+    __m256i sc16;
+    float d;
+};
+
+inline void unpack(const block_q6_K& b, WRegs2& r) {
+    const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3);
+    for (int h = 0; h < 2; ++h) {   // unpack_ref's four 32-element runs of each half
+        const __m256i lo = _mm256_loadu_si256((const __m256i*)(b.ql + 64 * h));
+        const __m256i hi = _mm256_loadu_si256((const __m256i*)(b.ql + 64 * h + 32));
+        const __m256i qh = _mm256_loadu_si256((const __m256i*)(b.qh + 32 * h));
+        auto top = [&](int shift) { return _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, shift), m2), 4); };
+        r.q[4 * h] = _mm256_or_si256(_mm256_and_si256(lo, m4), top(0));
+        r.q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(hi, m4), top(2));
+        r.q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lo, 4), m4), top(4));
+        r.q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(hi, 4), m4), top(6));
+    }
+    for (int k = 0; k < 8; ++k)
+        r.sc[k] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(b.scales[2 * k])),
+                                          _mm_set1_epi16(b.scales[2 * k + 1]), 1);
+    r.sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)b.scales));
+    r.d = h2f(b.d);
+}
+
+// S[0..7] of the header comment: 32-bit lane i of a 32-element product holds elements 4i..4i+3,
+// ggml's lane i. q * x pairs fit int16 (2 * 63 * 127), as in ggml's maddubs.
+inline __m256i lane_ints(const WRegs2& w, const block_q8_K& x) {
+    __m256i acc = _mm256_setzero_si256();
+    for (int k = 0; k < 8; ++k)
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w.q[k], _mm256_loadu_si256((const __m256i*)(x.qs + 32 * k))), w.sc[k]));
+    const __m256i corr = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)x.bsums), w.sc16);
+    return _mm256_sub_epi32(acc, _mm256_slli_epi32(corr, 5));
+}
+
+// Sums of the eight lanes of four rows, as [a, b, c, d].
+inline __m128i hsum4x8(__m256i a, __m256i b, __m256i c, __m256i d) {
+    const __m256i t = _mm256_hadd_epi32(_mm256_hadd_epi32(a, b), _mm256_hadd_epi32(c, d));
+    return _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+}
+
+#endif
+
 // ---------------------------------------------------------------- AVX-512 (VNNI)
 
 #if LLL_BUILD_AVX512
 // A weight block in registers: quants in element order (q[k]: elements 64k..64k+63), the
 // int16 multiplier of each byte pair of q[k] (its subblock's scale: pair j is element 64k + 2j,
 // subblock 4k + j / 8), the 16 scales as int16 (for the bsums correction), and d_w.
-struct WRegs {
+struct WRegs512 {
     __m512i q[4], sc[4];
     __m256i sc16;
     float d;
@@ -119,7 +168,7 @@ alignas(64) const int16_t kScaleIdx[4][32] = {
     {12, 12, 12, 12, 12, 12, 12, 12, 13, 13, 13, 13, 13, 13, 13, 13, 14, 14, 14, 14, 14, 14, 14, 14, 15, 15, 15, 15, 15, 15, 15, 15},
 };
 
-inline void unpack512(const block_q6_K& b, WRegs& r) {
+inline void unpack(const block_q6_K& b, WRegs512& r) {
     const __m512i m4 = _mm512_set1_epi8(15), m2 = _mm512_set1_epi8(3);
     for (int h = 0; h < 2; ++h) {
         const __m512i ql = _mm512_loadu_si512(b.ql + 64 * h);
@@ -139,7 +188,7 @@ inline void unpack512(const block_q6_K& b, WRegs& r) {
 
 // S[0..7] of the header comment. 32-bit lane i of a 64-element product holds elements 4i..4i+3,
 // which belong to ggml's lane i % 8: the two 256-bit halves add up to its eight lanes.
-inline __m256i lane_ints(const WRegs& w, const block_q8_K& x) {
+inline __m256i lane_ints(const WRegs512& w, const block_q8_K& x) {
     __m512i acc = _mm512_setzero_si512();
     for (int k = 0; k < 4; ++k)   // q * x pairs fit int16 (2 * 63 * 127), as in ggml's maddubs
         acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(w.q[k], _mm512_loadu_si512(x.qs + 64 * k)), w.sc[k]);
@@ -148,14 +197,12 @@ inline __m256i lane_ints(const WRegs& w, const block_q8_K& x) {
     return _mm256_sub_epi32(s, _mm256_slli_epi32(corr, 5));
 }
 
-// Sums of the eight lanes of four rows, as [a, b, c, d].
-inline __m128i hsum4x8(__m256i a, __m256i b, __m256i c, __m256i d) {
-    const __m256i t = _mm256_hadd_epi32(_mm256_hadd_epi32(a, b), _mm256_hadd_epi32(c, d));
-    return _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
-}
+#endif
 
+#if LLL_BUILD_AVX2
 // One weight block into the tiled-order sums y[0..M): four activation rows per step.
-inline void block_tiled(const WRegs& w, const block_q8_K* x, int64_t nb, int64_t M, float* y) {
+template <class R>
+inline void block_tiled(const R& w, const block_q8_K* x, int64_t nb, int64_t M, float* y) {
     int64_t m = 0;
     for (; m + 4 <= M; m += 4) {
         const block_q8_K &x0 = x[m * nb], &x1 = x[(m + 1) * nb], &x2 = x[(m + 2) * nb], &x3 = x[(m + 3) * nb];
@@ -170,14 +217,16 @@ inline void block_tiled(const WRegs& w, const block_q8_K* x, int64_t nb, int64_t
     }
 }
 
-void rows_avx512(int64_t nb, const block_q6_K* W, int64_t n0, int64_t n1, const block_q8_K* X, int64_t M,
+// Both SIMD levels: R is a weight block in registers (WRegs2 / WRegs512) with its lane_ints.
+template <class R>
+void rows_simd(int64_t nb, const block_q6_K* W, int64_t n0, int64_t n1, const block_q8_K* X, int64_t M,
                  float* Y, int64_t ldy, bool tiled, float* acc) {
     for (int64_t n = n0; n < n1; ++n) {
         const block_q6_K* w = W + n * nb;
         std::fill(acc, acc + (tiled ? M : 8 * M), 0.0f);
         for (int64_t b = 0; b < nb; ++b) {
-            WRegs r;
-            unpack512(w[b], r);
+            R r;
+            unpack(w[b], r);
             if (tiled) {
                 block_tiled(r, X + b, nb, M, acc);
                 continue;
@@ -191,14 +240,19 @@ void rows_avx512(int64_t nb, const block_q6_K* W, int64_t n0, int64_t n1, const 
         for (int64_t m = 0; m < M; ++m) Y[m * ldy + n] = tiled ? acc[m] : hsum8(acc + 8 * m);
     }
 }
+
 #endif
 
 typedef void (*RowsFn)(int64_t, const block_q6_K*, int64_t, int64_t, const block_q8_K*, int64_t, float*, int64_t,
                        bool, float*);
 
 RowsFn rows_fn(bool use_reference) {
+    if (use_reference) return rows_ref;
 #if LLL_BUILD_AVX512
-    if (!use_reference && isa_available(Isa::AVX512)) return rows_avx512;
+    if (isa_available(Isa::AVX512)) return rows_simd<WRegs512>;
+#endif
+#if LLL_BUILD_AVX2
+    if (isa_available(Isa::AVX2)) return rows_simd<WRegs2>;
 #endif
     return rows_ref;
 }
