@@ -105,18 +105,31 @@ def test_isa_cap_is_honoured_and_checked() -> None:
     assert proc.returncode != 0 and "LOCALLLM_ISA='avx3' names no kernel level" in proc.stderr
 
 
-def run_fidelity(level: str, selection: str) -> None:
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           str(REPO / "tests" / "test_fidelity.py"), "-k", selection],
+def run_tests(level: str, files: list[str], selection: str | None = None) -> None:
+    args = [str(REPO / "tests" / f) for f in files] + (["-k", selection] if selection else [])
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
                           capture_output=True, text=True, timeout=1800,
                           env={**os.environ, "LOCALLLM_ISA": level})
     assert proc.returncode == 0, proc.stdout[-4000:]
+
+
+def run_fidelity(level: str, selection: str) -> None:
+    run_tests(level, ["test_fidelity.py"], selection)
 
 
 @pytest.mark.skipif(not _core.isa_available(1) or _core.best_isa() == 1,
                     reason="the AVX2 path is the default here (test_fidelity.py runs it) or absent")
 def test_fidelity_on_the_avx2_path() -> None:
     run_fidelity("avx2", "teacher_forced or greedy_continuations")
+
+
+@pytest.mark.skipif(not _core.isa_available(1) or _core.best_isa() == 1,
+                    reason="the AVX2 path is the default here (the files run it directly) or absent")
+def test_llamacpp_numerics_on_the_avx2_path() -> None:
+    """The llama.cpp-order kernels' AVX2 paths: bit for bit their scalar statements, and the
+    forward bit for bit llama.cpp's logits, on a CPU whose default is AVX-512."""
+    run_tests("avx2", ["test_llamacpp_numerics.py", "test_ggml_q4k.py", "test_ggml_q6k.py"])
+    run_fidelity("avx2", "llamacpp_numerics_logits")
 
 
 def test_fidelity_on_the_scalar_path() -> None:
