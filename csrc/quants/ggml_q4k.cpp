@@ -343,8 +343,11 @@ bool matmul_q4_K(ThreadPool& pool, const void* W, int64_t N, int64_t K, const fl
         }
 #endif
         for (int64_t m = 0; m < M; ++m)
-            for (int64_t n = n0; n < n1; ++n)
+            for (int64_t n = n0; n < n1; ++n) {
+                // decode streams the rows from memory: prefetch 8 KiB ahead, as the SIMD kernels do
+                for (size_t o = 0; o < wrb; o += 64) __builtin_prefetch(w + n * wrb + o + 8192, 0, 3);
                 Y[m * ldy + n] = dot_order((const block_q4_K*)(w + n * wrb), (const block_q8_K*)(x + m * xrb), nb, m < mg, ints);
+            }
     });
     return true;
 }
