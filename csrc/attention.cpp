@@ -38,6 +38,17 @@ bool attention_avx2_available() {
 #endif
 }
 
+AttnKernel pick_attention_kernel(AttnKernel asked, bool avx512_fits, bool avx2_fits) {
+    if (asked == AttnKernel::AVX512 && !attention_avx512_available())
+        throw std::invalid_argument("attention: the AVX-512 kernel is not available on this CPU/build");
+    if (asked == AttnKernel::AVX2 && !attention_avx2_available())
+        throw std::invalid_argument("attention: the AVX2 kernel is not available on this CPU/build");
+    const bool any = asked == AttnKernel::Auto;
+    if ((any || asked == AttnKernel::AVX512) && attention_avx512_available() && avx512_fits) return AttnKernel::AVX512;
+    if ((any || asked == AttnKernel::AVX2) && attention_avx2_available() && avx2_fits) return AttnKernel::AVX2;
+    return AttnKernel::Scalar;
+}
+
 bool attention_avx512_available() {
 #if LLL_ATTN_AVX512
     static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
@@ -201,17 +212,7 @@ void attention(ThreadPool& pool, const KVCache& kv, int layer, const float* q, f
     const Shape sh{n_head, n_head_kv, head_dim, n_head_kv > 0 ? n_head / n_head_kv : 0, scale, window, softcap};
     validate(kv, b, sh);
     if (b.n_tokens == 0) return;
-    if (kernel == AttnKernel::AVX512 && !attention_avx512_available())
-        throw std::invalid_argument("attention: the AVX-512 kernel is not available on this CPU/build");
-    if (kernel == AttnKernel::AVX2 && !attention_avx2_available())
-        throw std::invalid_argument("attention: the AVX2 kernel is not available on this CPU/build");
-    AttnKernel use = AttnKernel::Scalar;
-    if ((kernel == AttnKernel::Auto || kernel == AttnKernel::AVX512) && attention_avx512_available() &&
-        head_dim % 16 == 0)
-        use = AttnKernel::AVX512;
-    else if ((kernel == AttnKernel::Auto || kernel == AttnKernel::AVX2) && attention_avx2_available() &&
-             head_dim % 8 == 0)
-        use = AttnKernel::AVX2;
+    const AttnKernel use = pick_attention_kernel(kernel, head_dim % 16 == 0, head_dim % 8 == 0);
     const int64_t q_len = b.n_tokens * (int64_t)n_head * head_dim;
     q = prepare_queries(kv, q, q_len);
     static thread_local std::vector<Chunk> chunks;   // the caller's; workers only read it

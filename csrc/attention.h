@@ -24,6 +24,10 @@ enum class AttnKernel : int { Auto = -1, Scalar = 0, AVX2 = 1, AVX512 = 2 };
 // Whether the AVX-512 / AVX2 kernel is compiled in and this CPU runs it (LOCALLLM_ISA may cap it).
 bool attention_avx512_available();
 bool attention_avx2_available();
+// The level an attention call runs: `asked` (Auto = the widest this process may use) where the
+// CPU has it and the head fits it (avx512_fits / avx2_fits), else the next narrower one, down to
+// Scalar. Asking for a level this CPU/build lacks throws std::invalid_argument.
+AttnKernel pick_attention_kernel(AttnKernel asked, bool avx512_fits, bool avx2_fits);
 
 // out[T, n_head*head_dim] = softmax(scale * q.K^T) . V per head, reading K/V of each token's
 // sequence through its block table, positions [max(0, pos - window + 1), pos] (window 0 = all).

@@ -305,22 +305,8 @@ void attention_ggml(ThreadPool& pool, const KVCache& kv, int layer, const float*
     const int64_t rows = b.n_tokens * n_head;
     const int group = n_head / n_head_kv;
     const Call call{kv, layer, b, head_dim, scale, window, b.n_tokens >= 2, softcap};
-    // The widest path asked for that this process may use; every path gives the scalar bits.
-    if (kernel == AttnKernel::AVX512 && !attention_avx512_available())
-        throw std::invalid_argument("attention: the AVX-512 kernel is not available on this CPU/build");
-    if (kernel == AttnKernel::AVX2 && !attention_avx2_available())
-        throw std::invalid_argument("attention: the AVX2 kernel is not available on this CPU/build");
-    AttnKernel path = AttnKernel::Scalar;
-#if LLL_ATTN_GGML_AVX512
-    if ((kernel == AttnKernel::Auto || kernel == AttnKernel::AVX512) && attention_avx512_available() &&
-        head_dim % kL == 0)
-        path = AttnKernel::AVX512;
-    else
-#endif
-#if LLL_ATTN_GGML_AVX2
-    if ((kernel == AttnKernel::Auto || kernel == AttnKernel::AVX2) && attention_avx2_available())
-        path = AttnKernel::AVX2;
-#endif
+    // Every path gives the scalar statement's bits; the AVX2 one takes any head_dim.
+    const AttnKernel path = pick_attention_kernel(kernel, head_dim % kL == 0, true);
     std::atomic<int64_t> next{0};
     auto work = [&](int, int) {
         thread_local RowScratch s;
