@@ -130,6 +130,37 @@ def test_draft_model_prefills_with_the_prompt():
         f"at the first proposal the draft had {fed} of the {len(prompt)} prompt tokens"
 
 
+def test_draft_model_reuses_its_prefix_cache():
+    """A prompt the draft model has seen is not prefilled by it again: its full blocks come from
+    the draft's prefix cache, so the second run feeds the draft exactly those tokens fewer, and
+    drafts (and output) stay the same."""
+    key = "smollm2-135m-q4_1"
+    draft_path = str(derived_model(key, "q4_0"))
+
+    class Counting(DraftModelProposer):
+        fed = 0
+
+        def _forward(self, batch):
+            Counting.fed += sum(len(toks) for _, toks, _ in batch)
+            return super()._forward(batch)
+
+    config = SpecConfig(mode="draft", draft_model=draft_path, draft_max=4, draft_p_min=0.0)
+    proposer = Counting(_core.Model(draft_path, 2, 700, 16), config, max_batch_tokens=64)
+    engine = make_engine(key, proposer, max_batch_tokens=64)
+    prompt = (greedy_rows(key)[0]["prompt_ids"] * 40)[:150]
+    want = run(make_engine(key, max_batch_tokens=64), [prompt])[0]
+    fed = []
+    for _ in range(2):
+        Counting.fed = 0
+        assert_same(run(engine, [prompt])[0], want, "draft with a prefix cache")
+        fed.append(Counting.fed)
+    bs = proposer.pool.block_size
+    hit = (len(prompt) - 1) // bs * bs
+    assert proposer.pool.stats.hit_tokens == hit, "the second run did not find the prompt in the draft's cache"
+    assert fed[1] == fed[0] - hit, f"draft fed {fed} tokens in the two runs, expected {hit} fewer the second time"
+    assert proposer.pool.num_used == 0 and proposer.pool.num_cached > 0
+
+
 def test_incompatible_draft_vocabulary_is_refused():
     smol = GGUFFile(str(model_file("smollm2-135m-q4_1"))).metadata
     qwen = GGUFFile(str(model_file("qwen2.5-coder-0.5b-q4_k_m"))).metadata

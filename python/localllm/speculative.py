@@ -15,7 +15,8 @@ token d with probability p(d) and on rejection resamples from p with d removed.
   ``ngram_min`` tokens) ending the sequence that occurred earlier in its prompt or output; the
   draft is what followed its most recent earlier occurrence.
 - `DraftModelProposer`: a smaller model with the same vocabulary, greedy, on its own paged KV
-  cache; drafting stops when its top probability falls under ``p_min``.
+  cache with its own prefix cache (a prompt seen before is not prefilled by the draft again);
+  drafting stops when its top probability falls under ``p_min``.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from typing import Optional, Sequence as Seq
 
 import numpy as np
 
-from .kv_blocks import NULL_BLOCK, BlockPool, BlockTable, OutOfBlocks
+from .kv_blocks import NULL_BLOCK, BlockKey, BlockPool, BlockTable, OutOfBlocks, prefix_keys
 from .scheduler import Sequence
 
 __all__ = ["SpecConfig", "NgramProposer", "DraftModelProposer", "check_same_vocab", "SPEC_MODES"]
@@ -171,12 +172,19 @@ class _DraftSeq:
     table: BlockTable
     fed: list[int] = field(default_factory=list)
     confirmed: int = 0                # fed[:confirmed] is known to equal the sequence's tokens
+    keys: list[BlockKey] = field(default_factory=list)   # prefix keys of fed's full blocks
 
 
 class DraftModelProposer:
     """Greedy drafts from a small model sharing the target's vocabulary, batched over the
     sequences that speculate: one forward catches each up on its new tokens (the prompt, then
-    the tokens accepted since), then one forward per drafted position."""
+    the tokens accepted since), then one forward per drafted position.
+
+    The draft's cache is a prefix cache like the target's (`kv_blocks`): full blocks of
+    confirmed tokens are registered under the same chained keys, and a new sequence starts from
+    the longest cached prefix of its tokens, so a repeated system prompt or a chat's earlier
+    turns cost the draft nothing again. Drafted tokens are never registered: their block is
+    registered once the target has accepted every token in it."""
 
     def __init__(self, model, config: SpecConfig, max_batch_tokens: int):
         self.model = model
@@ -195,14 +203,34 @@ class DraftModelProposer:
         """The sequence's draft state, cut back to the tokens it still shares with it."""
         st: Optional[_DraftSeq] = seq.spec_state
         if st is None:
-            st = seq.spec_state = _DraftSeq(BlockTable(self.pool))
+            st = seq.spec_state = self._start(seq)
         n = st.confirmed
         while n < len(st.fed) and n < len(seq.tokens) and st.fed[n] == seq.tokens[n]:
             n += 1
         del st.fed[n:]
         st.table.truncate(n)
-        st.confirmed = n
+        self._confirm(st, n)
         return st
+
+    def _start(self, seq: Sequence) -> _DraftSeq:
+        """A new draft state holding the longest cached prefix of the sequence's tokens. Never
+        the block of the last token: its logits are what the first draft starts from."""
+        bs = self.pool.block_size
+        eligible = (len(seq.tokens) - 1) // bs
+        keys = prefix_keys(seq.tokens[:eligible * bs], bs)
+        table = BlockTable(self.pool)
+        hits = table.match_prefix(keys, seq.tokens, eligible)
+        self.pool.record_lookup(eligible, hits)
+        n = hits * bs
+        return _DraftSeq(table, list(seq.tokens[:n]), n, keys[:hits])
+
+    def _confirm(self, st: _DraftSeq, n: int) -> None:
+        """fed[:n] equals the sequence's tokens: register the full blocks they fill."""
+        bs = self.pool.block_size
+        st.confirmed = n
+        del st.keys[n // bs:]
+        prefix_keys(st.fed[:n - n % bs], bs, st.keys)
+        st.table.register_full_blocks(st.keys, st.fed, n)
 
     def prefill(self, chunks: Seq[tuple[Sequence, int]]) -> None:
         """Feed the draft model each sequence's tokens up to `end` (the end of the prompt chunk
@@ -219,7 +247,7 @@ class DraftModelProposer:
             for seq, _ in items:
                 st = seq.spec_state
                 if st is not None:
-                    st.confirmed = len(st.fed)
+                    self._confirm(st, len(st.fed))
 
     def propose(self, seqs: Seq[Sequence], limits: Seq[int]) -> None:
         need = max(1, self.draft_min)
@@ -250,7 +278,7 @@ class DraftModelProposer:
         for seq, _ in work:
             st = seq.spec_state
             if st is not None:      # it fed exactly the sequence's tokens, then the draft
-                st.confirmed = min(len(st.fed), len(seq.tokens))
+                self._confirm(st, min(len(st.fed), len(seq.tokens)))
             if len(seq.draft) < need:
                 seq.draft = []
 
@@ -277,8 +305,8 @@ class DraftModelProposer:
                     continue
                 st: _DraftSeq = seq.spec_state
                 n = min(len(toks), budget)
-                try:
-                    st.table.ensure(len(st.fed) + n)
+                try:   # a block shared through the prefix cache is copied before it is written
+                    st.table.prepare_write(len(st.fed), len(st.fed) + n, self.model.copy_block)
                 except OutOfBlocks:
                     self.release(seq)
                     continue
