@@ -26,7 +26,8 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from llamacpp_venv import DEFAULT_MODELS  # noqa: E402
 from llamaserver_build import ensure_llama_server  # noqa: E402
-from serve import bench, machine, plot  # noqa: E402
+import machine  # noqa: E402
+from serve import bench, plot  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -89,7 +90,7 @@ def main() -> None:
     sys.path.insert(0, str(REPO / "python"))
     from localllm import hub
     binary = ensure_llama_server() if "llama-server" in args.servers else None
-    report = {"machine": dict(machine(), threads=args.threads), "slots": args.slots, "ctx_per_slot": args.ctx,
+    report = {"machine": machine.describe(args.threads), "slots": args.slots, "ctx_per_slot": args.ctx,
               "input_words": args.input_words, "output_len": args.output_len, "runs": []}
     for key in args.models:
         model = Path(hub.resolve_model(key))
@@ -114,7 +115,7 @@ def main() -> None:
 
 def print_table(report: dict) -> None:
     m = report["machine"]
-    print(f"\n{m['cpu']}, {m['isa']}, {m['threads']} threads; {report['slots']} slots")
+    print(f"\n{machine.line(m)}; {report['slots']} slots")
     print("| model | clients | localllm tok/s | llama-server tok/s | ratio | localllm p50 TTFT | llama-server p50 TTFT "
           "| localllm p50 ITL | llama-server p50 ITL |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
