@@ -154,8 +154,9 @@ def run_llama_server_draft(target: Path, draft: Path, sets: dict, args) -> dict:
         cmd = [str(BINARY), "-m", str(target), "--port", str(port), "-c", "4096", "-t", str(args.threads),
                "-tb", str(args.threads), "-np", "1"]
         if mode == "spec":
-            cmd += ["-md", str(draft), "--draft-max", str(args.draft_max), "--draft-min", "0",
-                    "--draft-p-min", "0.75", "-cd", "4096"]
+            # (this llama.cpp release names them --spec-*: --draft-max and -cd were removed)
+            cmd += ["-md", str(draft), "--spec-type", "draft-simple", "--spec-draft-n-max", str(args.draft_max),
+                    "--spec-draft-n-min", "0", "--spec-draft-p-min", "0.75"]
         with open(f"/tmp/spec_bench_llama_server_{mode}.log", "w") as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
             try:
