@@ -479,10 +479,16 @@ void register_kernels(py::module_& m) {
     m.def("attention_avx2_available", &lll::attention_avx2_available,
           "Whether the AVX2 attention kernel is compiled in and this CPU runs it.");
     m.def("attention_exp", [](const F32Array& x) {
+        // Defined for x <= 0 only (softmax subtracts the maximum first): a positive x would
+        // scale by 2^n past the float exponent (UBSan: float -> int overflow in the scalar form).
+        for (py::ssize_t i = 0; i < x.size(); ++i)
+            if (x.data()[i] > 0.0f)
+                throw py::value_error("attention_exp: x[" + std::to_string(i) + "] = " + std::to_string(x.data()[i]) +
+                                      " is positive; it is defined for x <= 0");
         py::array_t<float> y(x.size());
         for (py::ssize_t i = 0; i < x.size(); ++i) y.mutable_data()[i] = lll::attention_exp(x.data()[i]);
         return y;
-    }, py::arg("x"), "The softmax exp of attention (scalar reference of the SIMD one), elementwise on a 1-D array.");
+    }, py::arg("x"), "The softmax exp of attention (scalar reference of the SIMD one), elementwise on a 1-D array of x <= 0.");
     m.def("read_bandwidth", &read_bandwidth_py, py::arg("nbytes"), py::arg("n_threads") = 2, py::arg("reps") = 3,
           py::arg("cpu_clock") = false,
           "Streaming read bandwidth in GB/s (best of reps) over an nbytes buffer with n_threads threads; "

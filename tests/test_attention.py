@@ -192,6 +192,11 @@ def test_exp_accuracy():
     assert _core.attention_exp(np.array([0.0], np.float32))[0] == 1.0
     # Below the range softmax needs (results under FLT_MIN) the exp is 0, so is a masked key's -inf.
     assert np.all(_core.attention_exp(np.array([-87.4, -100.0, -np.inf], np.float32)) == 0.0)
+    # Positive arguments (never passed by softmax) are refused, not scaled past the exponent
+    # (found by UBSan under tests/sanitize.sh: the float -> int conversion overflowed).
+    for bad in (1e-30, 1.0, 2147483647.0, np.inf):
+        with pytest.raises(ValueError, match="positive"):
+            _core.attention_exp(np.array([-1.0, bad], np.float32))
 
 
 def test_bad_input_raises():
