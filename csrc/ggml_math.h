@@ -25,6 +25,7 @@ inline float expf_v(float x) {
     const float u = b * b;
     const float j = fmaf(fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u, fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)),
                          u, fmaf(0x1.ffffecp-1f, b, 1.0f));
+    if (n != n) return n;   // NaN in, NaN out, as the vector form gives (and no NaN -> int conversion)
     if (fabsf(n) > 192.0f) return n <= 0.0f ? 0.0f : INFINITY;
     return ldexpf(j, (int)n);
 }

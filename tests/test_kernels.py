@@ -543,10 +543,11 @@ def test_swiglu_simd_matches_scalar_reference_and_silu() -> None:
     gate = np.concatenate([
         rng.standard_normal(10_000).astype(np.float32) * 6,
         np.array([0, -0.0, 1e-30, -1e-30, 80, -80, 87.3, -87.3, 88, -88, 100, -100, 1e30, -1e30,
-                  np.inf, -np.inf], np.float32),
+                  np.inf, -np.inf, np.nan], np.float32),     # NaN: UBSan found the reference's NaN -> int
     ])
     up = rng.standard_normal(gate.size).astype(np.float32)
     ref = _core.swiglu(gate, up, reference=True)
+    assert np.isnan(ref[-1]), "NaN gate: the reference must give NaN"
     assert np.array_equal(_core.swiglu(gate, up), ref, equal_nan=True)     # silu(-inf) is NaN
     g = gate.astype(np.float64)
     with np.errstate(over="ignore", invalid="ignore"):    # -inf / inf: not compared below
