@@ -26,7 +26,7 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-__all__ = ["BlockPool", "BlockTable", "CacheStats", "OutOfBlocks", "NULL_BLOCK", "prefix_keys"]
+__all__ = ["BlockPool", "BlockTable", "CacheStats", "OutOfBlocks", "NULL_BLOCK", "prefix_keys", "reusable_blocks"]
 
 NULL_BLOCK = 0
 
@@ -43,6 +43,13 @@ def _block_key(parent: Optional[BlockKey], tokens: Sequence[int]) -> BlockKey:
     h.update(parent if parent is not None else b"root")
     h.update(np.asarray(tokens, dtype="<i4").tobytes())
     return h.digest()
+
+
+def reusable_blocks(n_tokens: int, block_size: int) -> int:
+    """How many leading blocks of a sequence of n_tokens the prefix cache may supply: only full
+    blocks, and never the one holding the last token, which is recomputed so there are logits
+    to continue from."""
+    return (n_tokens - 1) // block_size
 
 
 def prefix_keys(tokens: Sequence[int], block_size: int, keys: list[BlockKey] | None = None) -> list[BlockKey]:

@@ -22,7 +22,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .kv_blocks import BlockKey, BlockPool, BlockTable, OutOfBlocks, prefix_keys
+from .kv_blocks import BlockKey, BlockPool, BlockTable, OutOfBlocks, prefix_keys, reusable_blocks
 
 __all__ = ["Chunk", "Schedule", "Scheduler", "SeqState", "Sequence"]
 
@@ -208,9 +208,7 @@ class Scheduler:
         while self.waiting and budget > 0 and len(self.running) < self.max_running:
             seq = self.waiting[0]
             prefix_keys(seq.tokens, bs, seq.keys)
-            # Only full blocks are reused, and never the one holding the last token: it is
-            # recomputed so there are logits to sample the next token from.
-            eligible = (len(seq.tokens) - 1) // bs
+            eligible = reusable_blocks(len(seq.tokens), bs)
             hits = seq.table.match_prefix(seq.keys, seq.tokens, eligible)
             seq.num_computed = hits * bs
             n = min(seq.remaining, budget)

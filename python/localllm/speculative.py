@@ -25,7 +25,7 @@ from typing import Optional, Sequence as Seq
 
 import numpy as np
 
-from .kv_blocks import NULL_BLOCK, BlockKey, BlockPool, BlockTable, OutOfBlocks, prefix_keys
+from .kv_blocks import NULL_BLOCK, BlockKey, BlockPool, BlockTable, OutOfBlocks, prefix_keys, reusable_blocks
 from .scheduler import Sequence
 
 __all__ = ["SpecConfig", "NgramProposer", "DraftModelProposer", "check_same_vocab", "SPEC_MODES"]
@@ -213,10 +213,10 @@ class DraftModelProposer:
         return st
 
     def _start(self, seq: Sequence) -> _DraftSeq:
-        """A new draft state holding the longest cached prefix of the sequence's tokens. Never
-        the block of the last token: its logits are what the first draft starts from."""
+        """A new draft state holding the longest cached prefix of the sequence's tokens (not the
+        last token's block: its logits are what the first draft starts from)."""
         bs = self.pool.block_size
-        eligible = (len(seq.tokens) - 1) // bs
+        eligible = reusable_blocks(len(seq.tokens), bs)
         keys = prefix_keys(seq.tokens[:eligible * bs], bs)
         table = BlockTable(self.pool)
         hits = table.match_prefix(keys, seq.tokens, eligible)
@@ -225,12 +225,14 @@ class DraftModelProposer:
         return _DraftSeq(table, list(seq.tokens[:n]), n, keys[:hits])
 
     def _confirm(self, st: _DraftSeq, n: int) -> None:
-        """fed[:n] equals the sequence's tokens: register the full blocks they fill."""
+        """fed[:n] equals the sequence's tokens: register the full blocks they fill. n never
+        decreases (confirmed tokens stay), so the keys only grow; they are extended, and fed
+        sliced, only when a block has been completed, not every step."""
         bs = self.pool.block_size
         st.confirmed = n
-        del st.keys[n // bs:]
-        prefix_keys(st.fed[:n - n % bs], bs, st.keys)
-        st.table.register_full_blocks(st.keys, st.fed, n)
+        if len(st.keys) < n // bs:
+            prefix_keys(st.fed[:n // bs * bs], bs, st.keys)
+            st.table.register_full_blocks(st.keys, st.fed, n)
 
     def prefill(self, chunks: Seq[tuple[Sequence, int]]) -> None:
         """Feed the draft model each sequence's tokens up to `end` (the end of the prompt chunk
