@@ -351,6 +351,63 @@ void kernel_kquant(const Panel& P, int64_t nu, const ActPack& a, int64_t m, __m5
     for (int c = 0; c < C; ++c) acc[c] = sink.acc[c];
 }
 
+// Two panels (32 weight rows) x C activation rows, legacy types. Each broadcast activation dword
+// feeds both panels' dpbusd, and one chain per (row, panel) replaces unit_sum's two (2C chains
+// still hide the dpbusd latency): per unit, 0.75 loads and 0.5 fold operations per dpbusd instead
+// of 1.25 and 0.63. The integer unit sums are exact and the fold is DotSink::legacy's, operation
+// for operation, so every output keeps its bits.
+template <int C, bool kMin>
+void kernel_legacy_pair(const Panel& P0, const Panel& P1, int64_t nu, const ActPack& a, int64_t m,
+                        __m512* acc0, __m512* acc1) {
+    const int8_t* x[C];
+    for (int c = 0; c < C; ++c) x[c] = a.q + (m + c) * a.K;
+    for (int64_t u = 0; u < nu; ++u) {
+        __m512i s0[C], s1[C];
+        for (int c = 0; c < C; ++c) s0[c] = s1[c] = _mm512_setzero_si512();
+        const uint8_t* q0 = P0.q + u * 512;
+        const uint8_t* q1 = P1.q + u * 512;
+        for (int kg = 0; kg < 8; ++kg) {
+            const __m512i b0 = _mm512_load_si512(q0 + 64 * kg), b1 = _mm512_load_si512(q1 + 64 * kg);
+            for (int c = 0; c < C; ++c) {
+                const __m512i xb = bcast4(x[c] + 32 * u + 4 * kg);
+                s0[c] = _mm512_dpbusd_epi32(s0[c], b0, xb);
+                s1[c] = _mm512_dpbusd_epi32(s1[c], b1, xb);
+            }
+        }
+        const __m512 dw0 = _mm512_load_ps(P0.d + 16 * u), dw1 = _mm512_load_ps(P1.d + 16 * u);
+        for (int c = 0; c < C; ++c) {
+            const int64_t i = (m + c) * nu + u;
+            if constexpr (!kMin) {
+                const __m512i bias = _mm512_set1_epi32(a.bias[i]);
+                s0[c] = _mm512_sub_epi32(s0[c], bias);
+                s1[c] = _mm512_sub_epi32(s1[c], bias);
+            }
+            const __m512 dx = _mm512_set1_ps(a.d[i]);
+            acc0[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0[c]), _mm512_mul_ps(dw0, dx), acc0[c]);
+            acc1[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1[c]), _mm512_mul_ps(dw1, dx), acc1[c]);
+            if constexpr (kMin) {
+                const __m512 sx = _mm512_set1_ps(a.s[i]);
+                acc0[c] = _mm512_fmadd_ps(_mm512_load_ps(P0.m + 16 * u), sx, acc0[c]);
+                acc1[c] = _mm512_fmadd_ps(_mm512_load_ps(P1.m + 16 * u), sx, acc1[c]);
+            }
+        }
+    }
+}
+
+// Rows [m, m + C) against the panel pair at weight rows p (16 valid) and p + 16 (lanes1 valid).
+template <int C>
+void run_rows_pair(GGMLType t, const Panel& P0, const Panel& P1, int64_t nu, const ActPack& a, int64_t m,
+                   float* y, int64_t ldy, __mmask16 lanes1) {
+    __m512 acc0[C], acc1[C];
+    for (int c = 0; c < C; ++c) acc0[c] = acc1[c] = _mm512_setzero_ps();
+    if (t == GGMLType::Q4_1 || t == GGMLType::Q5_1) kernel_legacy_pair<C, true>(P0, P1, nu, a, m, acc0, acc1);
+    else kernel_legacy_pair<C, false>(P0, P1, nu, a, m, acc0, acc1);
+    for (int c = 0; c < C; ++c) {
+        _mm512_storeu_ps(y + (m + c) * ldy, acc0[c]);
+        _mm512_mask_storeu_ps(y + (m + c) * ldy + kPanel, lanes1, acc1[c]);
+    }
+}
+
 template <int C>
 void replay_rows(GGMLType t, const uint8_t* panel, size_t panel_bytes, int64_t nu, const ActPack& a,
                  float* y, int64_t ldy, __mmask16 lanes) {
@@ -380,6 +437,19 @@ void run_rows(GGMLType t, const Panel& P, int64_t nu, const ActPack& a, int64_t 
 constexpr int64_t kActBlock = 256;
 constexpr int64_t kDirectRows = 3;  // up to this many rows: bseq_decode.cpp (no packing)
 
+// Unpacks the panel of weight rows [p, p + 16) into `sink`'s panel, from the repacked arena or
+// straight from the GGUF rows.
+void pack_at(GGMLType t, const uint8_t* W, size_t ws, int64_t N, int64_t nu, int64_t p, bool repacked,
+             PanelSink& sink) {
+    if (repacked) {
+        const uint8_t* in = W + p / kPanel * (kPanel * ws);
+        pack_panel(t, ReplayRows{&in, kPanel * ws}, nu, sink);
+    } else {
+        const Rows R(W + p * ws, ws, (int)std::min<int64_t>(kPanel, N - p));
+        pack_panel(t, GgufRows{R}, nu, sink);
+    }
+}
+
 }  // namespace
 
 void matmul_avx512(GGMLType t, const uint8_t* W, size_t ws, int64_t N, int64_t n0, int64_t n1,
@@ -400,11 +470,30 @@ void matmul_avx512(GGMLType t, const uint8_t* W, size_t ws, int64_t N, int64_t n
         }
         return;
     }
-    thread_local PanelBuffer buf;
+    thread_local PanelBuffer buf, buf_pair;
     const Panel P = buf.get(nu);
+    // The pair kernel serves the legacy types where AMX does not take the rows.
+    const bool pairs = !use_amx && t != GGMLType::Q4_K && t != GGMLType::Q5_K && t != GGMLType::Q6_K;
+    const Panel P1 = pairs ? buf_pair.get(nu) : P;
     for (int64_t mb = 0; mb < a.M; mb += kActBlock) {
         const int64_t me = std::min(a.M, mb + kActBlock);
-        for (int64_t p = n0; p < n1; p += kPanel) {
+        for (int64_t p = n0; p < n1;) {
+            if (pairs && p + kPanel < n1) {
+                PanelSink s0{P}, s1{P1};
+                pack_at(t, W, ws, N, nu, p, repacked, s0);
+                pack_at(t, W, ws, N, nu, p + kPanel, repacked, s1);
+                const __mmask16 lanes1 = (__mmask16)((1u << std::min<int64_t>(kPanel, N - p - kPanel)) - 1);
+                int64_t m = mb;
+                for (; m + 4 <= me; m += 4) run_rows_pair<4>(t, P, P1, nu, a, m, Y + p, ldy, lanes1);
+                switch (me - m) {
+                    case 3: run_rows_pair<3>(t, P, P1, nu, a, m, Y + p, ldy, lanes1); break;
+                    case 2: run_rows_pair<2>(t, P, P1, nu, a, m, Y + p, ldy, lanes1); break;
+                    case 1: run_rows_pair<1>(t, P, P1, nu, a, m, Y + p, ldy, lanes1); break;
+                    default: break;
+                }
+                p += 2 * kPanel;
+                continue;
+            }
             const int nvalid = (int)std::min<int64_t>(kPanel, N - p);
             PanelSink sink{P};
             const int offset = signed_offset(t);
@@ -413,13 +502,7 @@ void matmul_avx512(GGMLType t, const uint8_t* W, size_t ws, int64_t N, int64_t n
                 sink.to_unsigned = (me - mb) % 16 != 0;
                 sink.offset = _mm512_set1_epi8((char)offset);
             }
-            if (repacked) {
-                const uint8_t* in = W + p / kPanel * panel_bytes;
-                pack_panel(t, ReplayRows{&in, panel_bytes}, nu, sink);
-            } else {
-                const Rows R(W + p * ws, ws, nvalid);
-                pack_panel(t, GgufRows{R}, nu, sink);
-            }
+            pack_at(t, W, ws, N, nu, p, repacked, sink);
             const __mmask16 lanes = (__mmask16)((1u << nvalid) - 1);
             int64_t m = mb;
             if (use_amx && me - m >= 16) m = amx_rows(t, P, nu, a, m, me, Y + p, ldy, lanes);
@@ -430,6 +513,7 @@ void matmul_avx512(GGMLType t, const uint8_t* W, size_t ws, int64_t N, int64_t n
                 case 1: run_rows<1>(t, P, nu, a, m, Y + p, ldy, lanes); break;
                 default: break;
             }
+            p += kPanel;
         }
     }
 }
