@@ -394,14 +394,76 @@ void kernel_legacy_pair(const Panel& P0, const Panel& P1, int64_t nu, const ActP
     }
 }
 
+// The same pairing for the K-quants. The integer sums are exact in any order, so the min terms
+// (aux) are summed at the end of each scale group instead of per unit, which keeps the unit loop
+// within the registers (2C chains and 2C group sums); the float fold is DotSink::kgroup's.
+template <int C, bool kQ6>
+void kernel_kquant_pair(const Panel& P0, const Panel& P1, int64_t nu, const ActPack& a, int64_t m,
+                        __m512* acc0, __m512* acc1) {
+    constexpr int kHalves = kQ6 ? 2 : 1;   // Q6_K: a scale per 16 elements, two per unit
+    const int64_t ng = nu / 8;
+    const int8_t* x[C];
+    for (int c = 0; c < C; ++c) x[c] = a.q + (m + c) * a.K;
+    for (int64_t g = 0; g < ng; ++g) {
+        __m512i is0[C], is1[C];
+        for (int c = 0; c < C; ++c) is0[c] = is1[c] = _mm512_setzero_si512();
+        for (int64_t u = 8 * g; u < 8 * g + 8; ++u) {
+            const uint8_t* q0 = P0.q + u * 512;
+            const uint8_t* q1 = P1.q + u * 512;
+            for (int h = 0; h < kHalves; ++h) {
+                __m512i s0[C], s1[C];
+                for (int c = 0; c < C; ++c) s0[c] = s1[c] = _mm512_setzero_si512();
+                for (int kg = 8 / kHalves * h; kg < 8 / kHalves * (h + 1); ++kg) {
+                    const __m512i b0 = _mm512_load_si512(q0 + 64 * kg), b1 = _mm512_load_si512(q1 + 64 * kg);
+                    for (int c = 0; c < C; ++c) {
+                        const __m512i xb = bcast4(x[c] + 32 * u + 4 * kg);
+                        s0[c] = _mm512_dpbusd_epi32(s0[c], b0, xb);
+                        s1[c] = _mm512_dpbusd_epi32(s1[c], b1, xb);
+                    }
+                }
+                const __m512i sc0 = _mm512_load_si512(P0.sc + 32 * u + 16 * h);
+                const __m512i sc1 = _mm512_load_si512(P1.sc + 32 * u + 16 * h);
+                for (int c = 0; c < C; ++c) {
+                    is0[c] = _mm512_add_epi32(is0[c], _mm512_mullo_epi32(sc0, s0[c]));
+                    is1[c] = _mm512_add_epi32(is1[c], _mm512_mullo_epi32(sc1, s1[c]));
+                }
+            }
+        }
+        const __m512 dw0 = _mm512_load_ps(P0.d + 16 * g), dw1 = _mm512_load_ps(P1.d + 16 * g);
+        for (int c = 0; c < C; ++c) {
+            __m512i aux0 = _mm512_setzero_si512(), aux1 = _mm512_setzero_si512();
+            for (int64_t u = 8 * g; u < 8 * g + 8; ++u) {
+                const __m512i bs = _mm512_set1_epi32(a.bsum[(m + c) * nu + u]);
+                aux0 = _mm512_dpwssd_epi32(aux0, _mm512_load_si512(P0.pair + 16 * u), bs);
+                aux1 = _mm512_dpwssd_epi32(aux1, _mm512_load_si512(P1.pair + 16 * u), bs);
+            }
+            const __m512 dx = _mm512_set1_ps(a.d[(m + c) * ng + g]);
+            if constexpr (kQ6) {
+                is0[c] = _mm512_sub_epi32(is0[c], _mm512_slli_epi32(aux0, 5));
+                is1[c] = _mm512_sub_epi32(is1[c], _mm512_slli_epi32(aux1, 5));
+            }
+            acc0[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is0[c]), _mm512_mul_ps(dw0, dx), acc0[c]);
+            acc1[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is1[c]), _mm512_mul_ps(dw1, dx), acc1[c]);
+            if constexpr (!kQ6) {
+                acc0[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(aux0), neg(_mm512_mul_ps(_mm512_load_ps(P0.m + 16 * g), dx)), acc0[c]);
+                acc1[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(aux1), neg(_mm512_mul_ps(_mm512_load_ps(P1.m + 16 * g), dx)), acc1[c]);
+            }
+        }
+    }
+}
+
 // Rows [m, m + C) against the panel pair at weight rows p (16 valid) and p + 16 (lanes1 valid).
 template <int C>
 void run_rows_pair(GGMLType t, const Panel& P0, const Panel& P1, int64_t nu, const ActPack& a, int64_t m,
                    float* y, int64_t ldy, __mmask16 lanes1) {
     __m512 acc0[C], acc1[C];
     for (int c = 0; c < C; ++c) acc0[c] = acc1[c] = _mm512_setzero_ps();
-    if (t == GGMLType::Q4_1 || t == GGMLType::Q5_1) kernel_legacy_pair<C, true>(P0, P1, nu, a, m, acc0, acc1);
-    else kernel_legacy_pair<C, false>(P0, P1, nu, a, m, acc0, acc1);
+    switch (t) {
+        case GGMLType::Q4_1: case GGMLType::Q5_1: kernel_legacy_pair<C, true>(P0, P1, nu, a, m, acc0, acc1); break;
+        case GGMLType::Q4_K: case GGMLType::Q5_K: kernel_kquant_pair<C, false>(P0, P1, nu, a, m, acc0, acc1); break;
+        case GGMLType::Q6_K: kernel_kquant_pair<C, true>(P0, P1, nu, a, m, acc0, acc1); break;
+        default: kernel_legacy_pair<C, false>(P0, P1, nu, a, m, acc0, acc1); break;
+    }
     for (int c = 0; c < C; ++c) {
         _mm512_storeu_ps(y + (m + c) * ldy, acc0[c]);
         _mm512_mask_storeu_ps(y + (m + c) * ldy + kPanel, lanes1, acc1[c]);
@@ -472,8 +534,8 @@ void matmul_avx512(GGMLType t, const uint8_t* W, size_t ws, int64_t N, int64_t n
     }
     thread_local PanelBuffer buf, buf_pair;
     const Panel P = buf.get(nu);
-    // The pair kernel serves the legacy types where AMX does not take the rows.
-    const bool pairs = !use_amx && t != GGMLType::Q4_K && t != GGMLType::Q5_K && t != GGMLType::Q6_K;
+    // The pair kernels serve every type where AMX does not take the rows.
+    const bool pairs = !use_amx;
     const Panel P1 = pairs ? buf_pair.get(nu) : P;
     for (int64_t mb = 0; mb < a.M; mb += kActBlock) {
         const int64_t me = std::min(a.M, mb + kActBlock);
