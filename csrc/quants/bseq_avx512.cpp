@@ -65,12 +65,14 @@ struct RecordRows : GgufRows {
 struct ReplayRows {
     const uint8_t** in;
     size_t ahead;              // bytes to the same place in the next panel (prefetched)
+    bool sw_prefetch = replay_prefetch_pays();
     const uint8_t* take(size_t n) const {
         const uint8_t* p = *in;
         // Two panels ahead, into L2 (hint T2): the L1's 16 fill buffers cannot keep a whole
         // panel's lines in flight from DRAM, the L2's queue can (stop 11: +5-15% GB/s streamed
-        // by the one-row kernels against one panel ahead into L1).
-        for (size_t o = 0; o < n; o += 64) __builtin_prefetch(p + 2 * ahead + o, 0, 1);
+        // by the one-row kernels against one panel ahead into L1). Not on AMD (isa.cpp).
+        if (sw_prefetch)
+            for (size_t o = 0; o < n; o += 64) __builtin_prefetch(p + 2 * ahead + o, 0, 1);
         *in += n;
         return p;
     }
