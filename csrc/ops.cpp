@@ -142,9 +142,7 @@ static int64_t swiglu_avx512(const float* gate, const float* up, float* out, int
         _mm512_storeu_ps(out + i, _mm512_mul_ps(ggml_order::silu16(_mm512_loadu_ps(gate + i)), _mm512_loadu_ps(up + i)));
     return i;
 }
-#endif
-
-#if defined(__AVX2__) && defined(__FMA__)
+#elif defined(__AVX2__) && defined(__FMA__)   // as swiglu() dispatches: one of the two is compiled
 static int64_t swiglu_avx2(const float* gate, const float* up, float* out, int64_t i0, int64_t i1) {
     int64_t i = i0;
     for (; i + 8 <= i1; i += 8) {
