@@ -178,11 +178,10 @@ def _quantized_ppl_rows():
 
 @pytest.mark.parametrize("row", _quantized_ppl_rows())
 def test_perplexity_with_quantized_cache_matches_llamacpp(row):
-    """The corpus's first chunks (llama-perplexity --chunks; its -ctk/-ctv with -fa on, which a
-    quantized V needs there) against the same run of llama.cpp: never worse than llama.cpp's
-    figure by more than the issue's bound (q8_0 0.5%, q4_0 2%). Below it by at most three times
-    the bound: measured on this corpus, ours is lower than llama.cpp's by 1.2% (Qwen q8_0) and
-    2.4% (Gemma3 q4_0), within the bound elsewhere (docs/models.md: the cause is not found)."""
+    """The whole corpus (14 chunks of 512; llama-perplexity with -ctk/-ctv and -fa on, which a
+    quantized V needs there) against the same run of llama.cpp: within the issue's bound on either
+    side (q8_0 0.5%, q4_0 2%). Fewer chunks are too few to hold to these bounds: on the first 4
+    alone the two runtimes differed by -1.2% (Qwen2.5 q8_0) and -2.4% (Gemma3 q4_0)."""
     from localllm.perplexity import perplexity
     llm = LLM(str(model_file(row["model"])), n_threads=2, n_ctx=row["n_ctx"], seed=0,
               cache_type_k=row["cache_type_k"], cache_type_v=row["cache_type_v"])
@@ -192,4 +191,4 @@ def test_perplexity_with_quantized_cache_matches_llamacpp(row):
     rel = res.ppl / row["ppl"] - 1
     print(f"{row['model']} {row['cache_type_k']}/{row['cache_type_v']}: PPL {res.ppl:.4f} "
           f"(llama.cpp {row['ppl']}, {100 * rel:+.2f}%)")
-    assert -3 * tol <= rel <= tol
+    assert abs(rel) <= tol
