@@ -11,6 +11,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+
+#include <utility>
+
 #include "../blocks.h"
 #include "../quants.h"
 
@@ -40,7 +43,7 @@
 namespace lll {
 namespace kern {
 
-constexpr int kMaxTile = 4;   // largest R and C of a tile kernel
+constexpr int kMaxTile = 6;   // largest R and C of a tile kernel
 
 // Y[c * ldy + r] = dot(weight row r, activation row c) for r < R, c < C. Weight rows are
 // w_stride bytes apart, activation rows x_stride bytes apart; k elements per row.
@@ -162,16 +165,17 @@ void tile_from_vec_dot(int64_t k, const uint8_t* w, size_t ws, const uint8_t* x,
 // Fills ks.tile[R-1][C-1] for all R <= MR, C <= MC with Tile<R, C>.
 template <template <int, int> class Tile, int MR, int MC>
 struct TileTable {
-    template <int R, int C>
-    static void fill_one(KernelSet& ks) {
-        if constexpr (R <= MR && C <= MC) ks.tile[R - 1][C - 1] = &Tile<R, C>::run;
+    static_assert(MR >= 1 && MR <= kMaxTile && MC >= 1 && MC <= kMaxTile, "tile shape");
+    template <int R, int... Cs>
+    static void fill_row(KernelSet& ks, std::integer_sequence<int, Cs...>) {
+        ((ks.tile[R - 1][Cs] = &Tile<R, Cs + 1>::run), ...);
     }
-    template <int R>
-    static void fill_row(KernelSet& ks) {
-        fill_one<R, 1>(ks); fill_one<R, 2>(ks); fill_one<R, 3>(ks); fill_one<R, 4>(ks);
+    template <int... Rs>
+    static void fill_rows(KernelSet& ks, std::integer_sequence<int, Rs...>) {
+        (fill_row<Rs + 1>(ks, std::make_integer_sequence<int, MC>{}), ...);
     }
     static void fill(KernelSet& ks) {
-        fill_row<1>(ks); fill_row<2>(ks); fill_row<3>(ks); fill_row<4>(ks);
+        fill_rows(ks, std::make_integer_sequence<int, MR>{});
         ks.max_r = MR;
         ks.max_c = MC;
         ks.decode_r = MR;
