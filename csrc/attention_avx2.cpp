@@ -149,7 +149,8 @@ void pv_tile(const float* vt, int hd, const float* const* p, int ja, int jb, flo
             __m256 pj[NR];
             for (int r = 0; r < NR; ++r) pj[r] = _mm256_set1_ps(p[r][j]);
             for (int i = 0; i < DV; ++i) {
-                const __m256 vv = _mm256_loadu_ps(v + kHalf * i);
+                __m256 vv = _mm256_loadu_ps(v + kHalf * i);
+                __asm__("" : "+x"(vv));   // one load for NR FMAs, not folded into each of them
                 for (int r = 0; r < NR; ++r) acc[r][i] = _mm256_fmadd_ps(pj[r], vv, acc[r][i]);
             }
         }

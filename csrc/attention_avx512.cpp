@@ -146,7 +146,8 @@ void pv_tile(const float* vt, int hd, const float* const* p, int ja, int jb, flo
             __m512 pj[NR];
             for (int r = 0; r < NR; ++r) pj[r] = _mm512_set1_ps(p[r][j]);
             for (int i = 0; i < DV; ++i) {
-                const __m512 vv = _mm512_loadu_ps(v + 16 * i);
+                __m512 vv = _mm512_loadu_ps(v + 16 * i);
+                __asm__("" : "+v"(vv));   // one load for NR FMAs, not folded into each of them
                 for (int r = 0; r < NR; ++r) acc[r][i] = _mm512_fmadd_ps(pj[r], vv, acc[r][i]);
             }
         }
