@@ -90,6 +90,8 @@ Isa best_isa() {
 // panels ahead into L2 streamed 5-15% more than the hardware prefetchers alone; on AMD Zen 4
 // (stop 20) the same prefetches cost Gemma3's decode 12-25% (tg128 97-100 t/s with them, 108-126
 // without; Qwen2.5 and SmolLM2 within the noise either way). LOCALLLM_SW_PREFETCH=0|1 overrides.
+// This is the one-to-three-row decode kernels' choice; the panel packing of larger batches
+// prefetches everywhere (pack_at in quants/bseq_avx512.cpp).
 bool replay_prefetch_pays() {
     static const bool pays = [] {
         if (const char* v = getenv("LOCALLLM_SW_PREFETCH"); v && *v) return strcmp(v, "0") != 0;

@@ -14,7 +14,7 @@ Isa best_isa();                      // the fastest level compiled in and suppor
 bool cpu_has_f16c();                 // the CPU converts F16 <-> F32 in hardware (CPUID)
 bool isa_available(Isa isa);         // compiled in and supported by this CPU
 const char* isa_name(Isa isa);
-// Whether the repacked decode kernels prefetch panels ahead in software (see isa.cpp).
+// Whether the repacked decode kernels (1-3 rows) prefetch panels ahead in software (isa.cpp).
 bool replay_prefetch_pays();
 
 // ---- reference conversions (csrc/quants/ref_*.cpp); n is a multiple of the block size ----
