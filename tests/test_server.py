@@ -170,8 +170,13 @@ def test_metrics(server, client):
 
 
 def test_disconnect_mid_stream_aborts_and_frees(server):
-    body = {"prompt": "Tell me a very long story.", "max_tokens": 800, "temperature": 0, "stream": True,
+    # The engine does not wait for a slow reader, so how many tokens it makes before it sees the
+    # disconnect depends on the machine (CI once made 469 on a loaded 2-core VM, here ~10): the
+    # request asks for all the context holds, and must end aborted, not at its length.
+    max_tokens = CTX - 32
+    body = {"prompt": "Tell me a very long story.", "max_tokens": max_tokens, "temperature": 0, "stream": True,
             "ignore_eos": True}
+    before = server.metrics()["localllm_generation_tokens_total"]
     with httpx.Client(timeout=60) as http:
         with http.stream("POST", f"{server.url}/v1/completions", json=body) as r:
             lines = r.iter_lines()
@@ -183,7 +188,7 @@ def test_disconnect_mid_stream_aborts_and_frees(server):
     assert m["localllm_kv_blocks_used"] == 0 and m["localllm_requests_running"] == 0
     finished = httpx.get(f"{server.url}/metrics").text
     assert 'localllm_requests_finished_total{finish_reason="abort"} 1.0' in finished
-    assert m["localllm_generation_tokens_total"] - running["localllm_generation_tokens_total"] < 200
+    assert m["localllm_generation_tokens_total"] - before < max_tokens
 
 
 def test_stream_lines_are_sse_and_end_with_done(server):
