@@ -199,12 +199,15 @@ def print_row(row: dict, args) -> None:
     print("| test | localllm t/s | llama.cpp t/s | ratio |")
     print("| --- | ---: | ---: | ---: |")
     for test, n in (("pp", args.n_prompt), ("tg", args.n_gen)):
+        if n == 0:
+            continue
         print(f"| {test}{n} | {a[test][0]:.1f} ± {a[test][1]:.1f} | {b[test][0]:.1f} ± {b[test][1]:.1f} | "
               f"{a[test][0] / b[test][0]:.2f}x |")
     def of_bound(e: dict) -> str:   # mean of the repetitions, each against its adjacent bandwidth
         f = e["tg_of_bound"]
         return f"{100 * statistics.fmean(f):.0f}% ({100 * min(f):.0f}-{100 * max(f):.0f})"
-    print(f"| tg % of bound | {of_bound(a)} | {of_bound(b)} | |")
+    if args.n_gen:
+        print(f"| tg % of bound | {of_bound(a)} | {of_bound(b)} | |")
     print(f"| load s | {a['load_s']:.2f} | {b['load_s']:.2f} | |")
     print(f"| peak RSS MB | {a['peak_rss_mb']:.0f} | {b['peak_rss_mb']:.0f} | |")
 

@@ -20,25 +20,24 @@ namespace lll {
 
 namespace {
 
-// Host memory. Weights and the KV cache: 2 MiB aligned, advised as transparent huge pages
-// (decode streams them once per token; 4 KiB pages would cost a TLB miss every 4 KiB) and
-// touched here. Touching the KV pool at load is what llama.cpp does too: left to first use, each
-// block of a pool walked in LRU order faulted (and the kernel zeroed) on its first write, which
-// cost every prompt of the first pass through the pool ~5% (Gemma3-270M pp512). Scratch:
-// calloc (reused every forward, so it faults only once, and only as far as it grows).
+// Host memory, every kind: 2 MiB aligned, advised as transparent huge pages and touched here.
+// - Weights: decode streams them once per token; 4 KiB pages would cost a TLB miss every 4 KiB.
+// - KV cache: touched at load as llama.cpp clears its cache. Left to first use, each block of a
+//   pool walked in LRU order faulted (and the kernel zeroed it) on its first write, which cost
+//   every prompt of the first pass through the pool ~5% (Gemma3-270M pp512).
+// - Scratch: one block per backend (~17 MB at 512 tokens on Gemma3-270M), reused every forward;
+//   one path for every kind (huge pages made no difference here measurable through the noise).
+// Only the whole 2 MiB ranges are advised: the tail (and a buffer under 2 MiB, such as one
+// layer's KV at a small context) stays on 4 KiB pages, so resident memory is what was asked for.
 class HostBuffer : public Buffer {
 public:
-    HostBuffer(size_t bytes, bool prefault_huge) {
-        if (prefault_huge) {
-            constexpr size_t kHuge = 2u << 20;
-            const size_t alloc = (bytes + kHuge - 1) / kHuge * kHuge;
-            data_ = (uint8_t*)aligned_alloc(kHuge, alloc ? alloc : kHuge);
-            if (data_) {
-                madvise(data_, alloc, MADV_HUGEPAGE);
-                memset(data_, 0, bytes);
-            }
-        } else {
-            data_ = (uint8_t*)calloc(bytes ? bytes : 1, 1);
+    explicit HostBuffer(size_t bytes) {
+        constexpr size_t kHuge = 2u << 20;
+        const size_t alloc = (bytes + kHuge - 1) / kHuge * kHuge;
+        data_ = (uint8_t*)aligned_alloc(kHuge, alloc ? alloc : kHuge);
+        if (data_) {
+            if (bytes >= kHuge) madvise(data_, bytes / kHuge * kHuge, MADV_HUGEPAGE);
+            memset(data_, 0, bytes);
         }
         bytes_ = bytes;
     }
@@ -92,7 +91,7 @@ public:
 
 protected:
     std::unique_ptr<Buffer> alloc_raw(size_t bytes, MemKind kind) override {
-        auto b = std::make_unique<HostBuffer>(bytes, /*prefault_huge=*/kind != MemKind::Scratch);
+        auto b = std::make_unique<HostBuffer>(bytes);
         return b->data() ? std::move(b) : nullptr;
     }
 
