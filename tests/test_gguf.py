@@ -122,9 +122,9 @@ def test_real_model_typed_getters():
 def test_large_vocabulary_converts_quickly():
     """gemma's 262k-token vocabulary (plus scores and types) converts in well under a second."""
     f = GGUFFile(model_file("gemma3-270m-q4_k_m"))
-    start = time.perf_counter()
+    start = time.process_time()      # CPU time: a loaded CI host's stalls are not the code's
     md = f.metadata
-    elapsed = time.perf_counter() - start
+    elapsed = time.process_time() - start
     assert len(md["tokenizer.ggml.tokens"]) == len(md["tokenizer.ggml.scores"]) > 200_000
     assert all(isinstance(t, str) for t in md["tokenizer.ggml.tokens"][:1000])
     assert elapsed < 1.0, f"metadata conversion took {elapsed:.2f}s"
