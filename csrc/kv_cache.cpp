@@ -34,11 +34,10 @@ void f16_to_f32_row(const fp16_t* x, float* y, int n) {
 // One cache row as ggml's CPU backend stores it (its from_float: Q8_0 with its x86 rounding,
 // Q4_0 with the reference quantizer, F16 round-to-nearest-even).
 void store_row(GGMLType t, const float* x, uint8_t* dst, int64_t n) {
-    if (t == GGMLType::F16) {
-        fp16_t* h = reinterpret_cast<fp16_t*>(dst);
-        for (int64_t i = 0; i < n; ++i) h[i] = f32_to_fp16(x[i]);
-    } else if (t == GGMLType::Q8_0) {
-        quantize_act_row(GGMLType::Q8_0, x, dst, n, best_isa());
+    if (t == GGMLType::F16 || t == GGMLType::Q8_0) {
+        // The activation quantizer's SIMD rows: F16 through vcvtps2ph, bit for bit the scalar
+        // f32_to_fp16 (round to nearest even, NaN kept quiet), 8-16 values an instruction.
+        quantize_act_row(t, x, dst, n, best_isa());
     } else {
         quantize_row_ref(t, x, dst, n);
     }
