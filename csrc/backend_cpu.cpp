@@ -24,7 +24,7 @@ namespace {
 // - Weights: decode streams them once per token; 4 KiB pages would cost a TLB miss every 4 KiB.
 // - KV cache: touched at load as llama.cpp clears its cache. Left to first use, each block of a
 //   pool walked in LRU order faulted (and the kernel zeroed it) on its first write, which cost
-//   every prompt of the first pass through the pool ~5% (Gemma3-270M pp512).
+//   every prompt of the first pass through the pool 3-5% (Gemma3-270M pp512).
 // - Scratch: one block per backend (~17 MB at 512 tokens on Gemma3-270M), reused every forward;
 //   one path for every kind (huge pages made no difference here measurable through the noise).
 // Only the whole 2 MiB ranges are advised: the tail (and a buffer under 2 MiB, such as one
