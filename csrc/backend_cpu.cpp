@@ -195,7 +195,7 @@ void CpuBackend::reserve(int64_t T) {
 
 // y = x . w^T with x already quantized to w's activation type.
 void CpuBackend::linear_quantized(const WeightRef& w, const void* xq, int64_t T, float* y, const WeightRef* bias) {
-    if (w.repacked) matmul_q_repacked(pool_, w.type, w.data, w.ne1, w.ne0, xq, T, y, w.ne1);
+    if (w.repacked) matmul_q_repacked(pool_, w.type, w.data, w.ne1, w.ne0, xq, T, y, w.ne1, isa_);
     else if (llamacpp_kernel(w)) ggml_order::matmul_legacy(pool_, w.type, w.data, w.ne1, w.ne0, xq, T, y, w.ne1);
     else matmul_q(pool_, w.type, w.data, w.ne1, w.ne0, xq, T, y, w.ne1, isa_);
     if (bias && bias->present()) add_bias_rows(y, bias->f32(), T, w.ne1);
@@ -216,7 +216,7 @@ void CpuBackend::flush_group(PendingGroup& group, int64_t T) {
         const WeightRef& w = *group.out[i]->w;
         jobs[i] = {w.type, w.data, w.ne1, group.out[i]->y, w.ne1};
     }
-    matmul_q_repacked_group(pool_, jobs, group.n, group.out[0]->w->ne0, xq_->data(), T);
+    matmul_q_repacked_group(pool_, jobs, group.n, group.out[0]->w->ne0, xq_->data(), T, isa_);
     for (int i = 0; i < group.n; ++i) {
         const LinearOut& o = *group.out[i];
         if (o.bias && o.bias->present()) add_bias_rows(o.y, o.bias->f32(), T, o.w->ne1);

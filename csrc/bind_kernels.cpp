@@ -133,11 +133,12 @@ U8Array checked_weights(const char* what, const lll::TypeTraits& wt, const py::a
     return checked_weight_rows(what, wt, w, N, K);
 }
 
-// The traits of a weight type that the block-sequential kernels repack on this CPU.
-const lll::TypeTraits& repackable_traits(const char* what, int wtype) {
+// The traits of a weight type that the block-sequential kernels repack at this level.
+const lll::TypeTraits& repackable_traits(const char* what, int wtype, Isa level) {
     const lll::TypeTraits& wt = traits_from_int(wtype);
-    if (!lll::can_repack(static_cast<GGMLType>(wtype), lll::best_isa()))
-        throw std::invalid_argument(std::string(what) + ": " + wt.name + " is not repacked on this CPU");
+    if (!lll::can_repack(static_cast<GGMLType>(wtype), level))
+        throw std::invalid_argument(std::string(what) + ": " + wt.name + " is not repacked at ISA level " +
+                                    lll::isa_name(level) + " on this CPU");
     return wt;
 }
 
@@ -187,9 +188,10 @@ py::array_t<float> matmul_llamacpp_py(const py::array& w, int wtype, int64_t N, 
 // matmul through a weight repacked for the block-sequential kernels (what models do at load).
 // `prepacked`: w already holds repack_weight's bytes (benchmarks time the matmul alone).
 py::array_t<float> matmul_repacked_py(const py::array& w, int wtype, int64_t N, int64_t K, const F32Array& x,
-                                      int n_threads, bool prepacked) {
+                                      int n_threads, bool prepacked, int isa) {
     const GGMLType t = static_cast<GGMLType>(wtype);
-    const lll::TypeTraits& wt = repackable_traits("matmul_repacked", wtype);
+    const Isa level = isa_from_int(isa, true);
+    const lll::TypeTraits& wt = repackable_traits("matmul_repacked", wtype, level);
     check_acts("matmul_repacked", x, K);
     U8Array wb;
     if (prepacked) {
@@ -210,15 +212,16 @@ py::array_t<float> matmul_repacked_py(const py::array& w, int wtype, int64_t N, 
             packed = r.data();
         }
         std::vector<uint8_t> xq(lll::act_buffer_bytes(wt.vec_dot_type, M, K));
-        lll::quantize_activations(pool, wt.vec_dot_type, x.data(), M, K, xq.data(), lll::best_isa());
-        lll::matmul_q_repacked(pool, t, packed, N, K, xq.data(), M, yp, N);
+        lll::quantize_activations(pool, wt.vec_dot_type, x.data(), M, K, xq.data(), level);
+        lll::matmul_q_repacked(pool, t, packed, N, K, xq.data(), M, yp, N, level);
     });
 }
 
 // The panels repack_weight makes of N GGUF rows (for matmul_repacked(..., prepacked=True)).
 py::array_t<uint8_t> repack_weight_py(const py::array& w, int wtype, int64_t N, int64_t K, int n_threads) {
     const GGMLType t = static_cast<GGMLType>(wtype);
-    const U8Array wb = checked_weight_rows("repack_weight", repackable_traits("repack_weight", wtype), w, N, K);
+    const U8Array wb = checked_weight_rows("repack_weight", repackable_traits("repack_weight", wtype, lll::best_isa()),
+                                           w, N, K);
     py::array_t<uint8_t> out((py::ssize_t)lll::repacked_bytes(t, N, K));
     uint8_t* o = out.mutable_data();
     SharedPool& sp = shared_pool(n_threads);
@@ -417,9 +420,9 @@ py::array_t<float> attention_test_py(const F32Array& q, const F32Array& k, const
 
 void register_kernels(py::module_& m) {
     m.def("matmul_repacked", &matmul_repacked_py, py::arg("w"), py::arg("wtype"), py::arg("N"), py::arg("K"),
-          py::arg("x"), py::arg("n_threads") = 2, py::arg("prepacked") = false,
-          "matmul with the weight first repacked into 16-row panels (bit-identical to matmul at the best ISA);"
-          " prepacked: w is repack_weight's output.");
+          py::arg("x"), py::arg("n_threads") = 2, py::arg("prepacked") = false, py::arg("isa") = -1,
+          "matmul with the weight first repacked into 16-row panels (bit-identical to matmul at that ISA"
+          " level, -1: the best); prepacked: w is repack_weight's output.");
     m.def("repack_weight", &repack_weight_py, py::arg("w"), py::arg("wtype"), py::arg("N"), py::arg("K"),
           py::arg("n_threads") = 2, "The 16-row panels a model stores for N GGUF rows of K elements.");
     m.def("matmul_llamacpp", &matmul_llamacpp_py, py::arg("w"), py::arg("wtype"), py::arg("N"), py::arg("K"),

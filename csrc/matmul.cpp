@@ -86,8 +86,19 @@ struct BseqJob {
 
 constexpr int kMaxJobs = 4;   // matrices per parallel region (q/k/v: 3)
 
+// The level whose block-sequential kernels run wtype when `isa` is asked for: AVX-512 for every
+// repackable type, AVX2 for the legacy ones; Scalar when none does (the tile kernels run).
+// The one place that decides: matmul_q, can_repack and the repacked entry points ask it.
+Isa bseq_level(GGMLType wtype, Isa isa) {
+    const TypeTraits* tt = type_traits(wtype);
+    const kern::KernelSet* ks = tt && tt->repackable ? kern::find_kernels(wtype, isa) : nullptr;
+    if (ks && ks->isa == Isa::AVX512) return Isa::AVX512;
+    if (ks && ks->isa == Isa::AVX2 && bseq::avx2_supported(wtype)) return Isa::AVX2;
+    return Isa::Scalar;
+}
+
 void matmul_bseq_jobs(ThreadPool& pool, const BseqJob* jobs, int n_jobs, int64_t K, const uint8_t* x,
-                      int64_t xrb, int64_t M) {
+                      int64_t xrb, int64_t M, Isa level) {
     if (n_jobs > kMaxJobs) throw std::logic_error("matmul_bseq_jobs: too many matrices in one region");
     thread_local std::vector<uint8_t> scratch[kMaxJobs];   // no allocation per decode step
     bseq::ActPack packs[kMaxJobs];
@@ -130,8 +141,11 @@ void matmul_bseq_jobs(ThreadPool& pool, const BseqJob* jobs, int n_jobs, int64_t
                 while (first_panel[j + 1] <= p0) ++j;
                 const BseqJob& J = jobs[j];
                 const int64_t q0 = p0 - first_panel[j], q1 = std::min(p_end, first_panel[j + 1]) - first_panel[j];
-                bseq::matmul_avx512(J.wtype, J.w, (size_t)J.wrb, J.N, q0 * bseq::kPanel,
-                                    std::min(J.N, q1 * bseq::kPanel), packs[j], J.Y, J.ldy, amx, J.repacked);
+                const int64_t n0 = q0 * bseq::kPanel, n1 = std::min(J.N, q1 * bseq::kPanel);
+                if (level == Isa::AVX512)
+                    bseq::matmul_avx512(J.wtype, J.w, (size_t)J.wrb, J.N, n0, n1, packs[j], J.Y, J.ldy, amx, J.repacked);
+                else
+                    bseq::matmul_avx2(J.wtype, J.w, (size_t)J.wrb, J.N, n0, n1, packs[j], J.Y, J.ldy, J.repacked);
                 p0 = first_panel[j] + q1;
             }
             p0 = next_panel.load(std::memory_order_relaxed);
@@ -140,9 +154,18 @@ void matmul_bseq_jobs(ThreadPool& pool, const BseqJob* jobs, int n_jobs, int64_t
 }
 
 void matmul_bseq(ThreadPool& pool, GGMLType wtype, const uint8_t* w, int64_t wrb, int64_t N, int64_t K,
-                 const uint8_t* x, int64_t xrb, int64_t M, float* Y, int64_t ldy, bool repacked) {
+                 const uint8_t* x, int64_t xrb, int64_t M, float* Y, int64_t ldy, bool repacked, Isa level) {
     const BseqJob job{wtype, w, wrb, N, Y, ldy, repacked};
-    matmul_bseq_jobs(pool, &job, 1, K, x, xrb, M);
+    matmul_bseq_jobs(pool, &job, 1, K, x, xrb, M, level);
+}
+
+// The bseq level of a repacked weight's type at `isa`; repacked weights have one.
+Isa repacked_level(GGMLType wtype, Isa isa, const char* what) {
+    const Isa level = bseq_level(wtype, isa);
+    if (level == Isa::Scalar)
+        throw std::invalid_argument(std::string(what) + ": weight type " + traits_or_throw(wtype, what).name +
+                                    " is not repacked at ISA level " + isa_name(isa));
+    return level;
 }
 
 }  // namespace
@@ -162,8 +185,8 @@ void matmul_q(ThreadPool& pool, GGMLType wtype, const void* W, int64_t N, int64_
 
     const uint8_t* w = (const uint8_t*)W;
     const uint8_t* x = (const uint8_t*)Xq;
-    if (ks->isa == Isa::AVX512 && wt.repackable) {
-        matmul_bseq(pool, wtype, w, wrb, N, K, x, xrb, M, Y, ldy, false);
+    if (const Isa level = bseq_level(wtype, isa); level != Isa::Scalar) {
+        matmul_bseq(pool, wtype, w, wrb, N, K, x, xrb, M, Y, ldy, false, level);
         return;
     }
     const int64_t R = M == 1 ? ks->decode_r : ks->max_r, C = ks->max_c;
@@ -186,11 +209,7 @@ void matmul_q(ThreadPool& pool, GGMLType wtype, const void* W, int64_t N, int64_
     run_maybe_parallel(pool, N * K * M >= kSerialWork && N >= 2 * kRowAlign, work);
 }
 
-bool can_repack(GGMLType wtype, Isa isa) {
-    const TypeTraits* tt = type_traits(wtype);
-    const kern::KernelSet* ks = tt && tt->repackable ? kern::find_kernels(wtype, isa) : nullptr;
-    return ks && ks->isa == Isa::AVX512;
-}
+bool can_repack(GGMLType wtype, Isa isa) { return bseq_level(wtype, isa) != Isa::Scalar; }
 
 size_t repacked_bytes(GGMLType wtype, int64_t N, int64_t K) {
     const int64_t wrb = row_bytes(traits_or_throw(wtype, "repacked_bytes"), K, "repacked_bytes");
@@ -203,28 +222,33 @@ void repack_weight(ThreadPool& pool, GGMLType wtype, const void* W, int64_t N, i
     if (N <= 0) throw std::invalid_argument("repack_weight: N must be > 0");
     const int64_t panels = (N + bseq::kPanel - 1) / bseq::kPanel;
     run_maybe_parallel(pool, panels >= 2, [&](int ith, int nth) {
-        bseq::repack_panels(wtype, (const uint8_t*)W, (size_t)wrb, N, K, dst, panels * ith / nth,
-                            panels * (ith + 1) / nth);
+        const int64_t p0 = panels * ith / nth, p1 = panels * (ith + 1) / nth;
+        if (bseq::avx2_supported(wtype) && !isa_available(Isa::AVX512))   // the same bytes, without AVX-512
+            bseq::repack_panels_legacy(wtype, (const uint8_t*)W, (size_t)wrb, N, K, dst, p0, p1);
+        else
+            bseq::repack_panels(wtype, (const uint8_t*)W, (size_t)wrb, N, K, dst, p0, p1);
     });
 }
 
 void matmul_q_repacked(ThreadPool& pool, GGMLType wtype, const void* Wr, int64_t N, int64_t K,
-                       const void* Xq, int64_t M, float* Y, int64_t ldy) {
+                       const void* Xq, int64_t M, float* Y, int64_t ldy, Isa isa) {
     const TypeTraits& wt = traits_or_throw(wtype, "matmul_q_repacked");
     const int64_t wrb = row_bytes(wt, K, "matmul_q_repacked");
     const int64_t xrb = row_bytes(traits_or_throw(wt.vec_dot_type, "matmul_q_repacked"), K, "matmul_q_repacked");
     if (M < 0 || N < 0 || ldy < N) throw std::invalid_argument("matmul_q_repacked: bad M, N or ldy");
     if (M == 0 || N == 0) return;
-    matmul_bseq(pool, wtype, (const uint8_t*)Wr, wrb, N, K, (const uint8_t*)Xq, xrb, M, Y, ldy, true);
+    matmul_bseq(pool, wtype, (const uint8_t*)Wr, wrb, N, K, (const uint8_t*)Xq, xrb, M, Y, ldy, true,
+                repacked_level(wtype, isa, "matmul_q_repacked"));
 }
 
 void matmul_q_repacked_group(ThreadPool& pool, const RepackedMatmul* jobs, int n_jobs, int64_t K,
-                             const void* Xq, int64_t M) {
+                             const void* Xq, int64_t M, Isa isa) {
     if (n_jobs <= 0) return;
     const GGMLType vdt = traits_or_throw(jobs[0].wtype, "matmul_q_repacked_group").vec_dot_type;
     const int64_t xrb = row_bytes(traits_or_throw(vdt, "matmul_q_repacked_group"), K, "matmul_q_repacked_group");
     if (M < 0) throw std::invalid_argument("matmul_q_repacked_group: M must be >= 0");
     BseqJob bj[kMaxJobs];
+    const Isa level = repacked_level(jobs[0].wtype, isa, "matmul_q_repacked_group");
     int n = 0;
     for (int j = 0; j < n_jobs; ++j) {
         const RepackedMatmul& J = jobs[j];
@@ -232,9 +256,11 @@ void matmul_q_repacked_group(ThreadPool& pool, const RepackedMatmul* jobs, int n
         if (wt.vec_dot_type != vdt)
             throw std::invalid_argument("matmul_q_repacked_group: the weights need different activation types");
         if (J.N < 0 || J.ldy < J.N) throw std::invalid_argument("matmul_q_repacked_group: bad N or ldy");
+        if (repacked_level(J.wtype, isa, "matmul_q_repacked_group") != level)
+            throw std::invalid_argument("matmul_q_repacked_group: the weights run at different ISA levels");
         if (J.N > 0) bj[n++] = {J.wtype, (const uint8_t*)J.Wr, row_bytes(wt, K, "matmul_q_repacked_group"), J.N, J.Y, J.ldy, true};
         if (M > 0 && n > 0 && (n == kMaxJobs || j == n_jobs - 1)) {
-            matmul_bseq_jobs(pool, bj, n, K, (const uint8_t*)Xq, xrb, M);
+            matmul_bseq_jobs(pool, bj, n, K, (const uint8_t*)Xq, xrb, M, level);
             n = 0;
         }
     }

@@ -24,14 +24,16 @@ void matmul_q(ThreadPool& pool, GGMLType wtype, const void* W, int64_t N, int64_
 
 // Weights repacked once for the block-sequential kernels (quants/bseq.h): same bytes as the
 // GGUF rows (padded to whole 16-row panels), laid out per panel so decode streams contiguous
-// vectors.
+// vectors. The layout is the same at every level; AVX-512 runs every repackable type from it,
+// AVX2 the legacy ones (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0).
 bool can_repack(GGMLType wtype, Isa isa);   // the type runs block-sequential at this ISA level
 size_t repacked_bytes(GGMLType wtype, int64_t N, int64_t K);
 void repack_weight(ThreadPool& pool, GGMLType wtype, const void* W, int64_t N, int64_t K, uint8_t* dst);
 
-// matmul_q on a repacked weight: bit-identical to matmul_q on the original rows.
+// matmul_q on a repacked weight (can_repack(wtype, isa) holds): bit-identical to matmul_q on the
+// original rows at that level.
 void matmul_q_repacked(ThreadPool& pool, GGMLType wtype, const void* Wr, int64_t N, int64_t K,
-                       const void* Xq, int64_t M, float* Y, int64_t ldy);
+                       const void* Xq, int64_t M, float* Y, int64_t ldy, Isa isa);
 
 // Several repacked weights applied to the same quantized X (q/k/v, gate/up): one parallel region
 // whose threads take panels of all of them in turn, so a decode step pays one hand-off and one
@@ -45,7 +47,7 @@ struct RepackedMatmul {
     int64_t ldy;
 };
 void matmul_q_repacked_group(ThreadPool& pool, const RepackedMatmul* jobs, int n_jobs, int64_t K,
-                             const void* Xq, int64_t M);
+                             const void* Xq, int64_t M, Isa isa);
 
 // Convenience: quantize X then matmul_q into Y (row stride N), with internal scratch.
 void matmul(ThreadPool& pool, GGMLType wtype, const void* W, int64_t N, int64_t K,

@@ -22,7 +22,7 @@ from localllm import _core
 # own loops (read_bandwidth, threadpool_dispatch_ns) take sizes too: they are held to the same rule.
 FUNCTIONS = {
     "attention_exp": 1, "attention_test": 14, "can_quantize": 1, "dequantize": 3, "geglu": 3,
-    "isa_available": 1, "isa_name": 1, "matmul": 7, "matmul_llamacpp": 7, "matmul_repacked": 7,
+    "isa_available": 1, "isa_name": 1, "matmul": 7, "matmul_llamacpp": 7, "matmul_repacked": 8,
     "quantize": 2, "quantize_act": 3, "read_bandwidth": 3, "repack_weight": 5, "rms_norm": 4,
     "swiglu": 3, "threadpool_dispatch_ns": 3, "type_info": 1, "vec_dot": 5, "vec_dot_isa": 2,
     "Model.forward": 6, "Model.copy_block": 2, "Sampler": 2, "GGUFFile.tensor_data": 1, "GGUFFile.get": 2,

@@ -3,8 +3,10 @@ uses (and LOCALLLM_NO_AMX=1 turns AMX off), so the lower paths run end to end on
 has the higher ones, and each path is held to its own reference.
 
 - Kernel level: at every level this CPU has, matmul at M = 1, 16, 17, 32, 64, 128 equals the
-  level's one-row dot product (vec_dot) on every row; the repacked panels (AVX-512) equal the GGUF
-  rows' kernel; AMX, where granted, equals the VNNI kernels of a process with AMX off.
+  level's one-row dot product (vec_dot) on every row; the repacked panels (AVX-512: every
+  block-sequential type; AVX2: the legacy ones) equal the GGUF rows' kernel, and the portable
+  repacker writes the AVX-512 one's bytes; AMX, where granted, equals the VNNI kernels of a
+  process with AMX off.
 - Model level: the fidelity checks against llama.cpp run again in a process capped at AVX2 (its
   rounding order is its own; the thresholds measured there are the fast path's, see
   test_fidelity.py), and SmolLM2 in a process capped at the scalar kernels.
@@ -48,16 +50,54 @@ def test_matmul_rows_equal_the_levels_vec_dot(t: T, isa: int) -> None:
             assert np.array_equal(y[i], dots), f"{_core.isa_name(isa)} M={m} row {i}"
 
 
-@pytest.mark.skipif(not _core.isa_available(2), reason="repacked panels are the AVX-512 path; this CPU lacks it")
-@pytest.mark.parametrize("t", BSEQ_TYPES, ids=lambda t: t.name)
-def test_repacked_panels_equal_gguf_rows_at_every_row_count(t: T) -> None:
+# The types each level runs from repacked panels: AVX-512 every block-sequential type, AVX2 the
+# legacy ones (quants/bseq_avx2.cpp).
+REPACKED = [(isa, t) for isa in ISAS if isa >= 1 for t in BSEQ_TYPES[:5 if isa == 1 else None]]
+
+
+@pytest.mark.parametrize("isa,t", REPACKED, ids=lambda v: v.name if isinstance(v, T) else _core.isa_name(v))
+def test_repacked_panels_equal_gguf_rows_at_every_row_count(isa: int, t: T) -> None:
     rng = np.random.default_rng(int(t) + 900)
     n, k = 40, 512
     w = make_weights(t, n, k, rng)
     x = make_acts(max(ROWS), k, rng)
     for m in ROWS:
-        assert np.array_equal(_core.matmul_repacked(w, int(t), n, k, x[:m], 2),
-                              _core.matmul(w, int(t), n, k, x[:m], 2, 2)), f"M={m}"
+        assert np.array_equal(_core.matmul_repacked(w, int(t), n, k, x[:m], 2, isa=isa),
+                              _core.matmul(w, int(t), n, k, x[:m], 2, isa)), f"M={m}"
+
+
+def test_avx2_does_not_repack_k_quants() -> None:
+    if not _core.isa_available(1):
+        pytest.skip("no AVX2 here")
+    w = make_weights(T.Q4_K, 16, 256, np.random.default_rng(0))
+    with pytest.raises(ValueError, match="Q4_K is not repacked at ISA level avx2"):
+        _core.matmul_repacked(w, int(T.Q4_K), 16, 256, make_acts(2, 256, np.random.default_rng(1)), 2, isa=1)
+
+
+PORTABLE_REPACK = """
+import numpy as np, sys
+sys.path.insert(0, {tests!r})
+from localllm import _core
+from test_kernels import make_weights, T
+rng = np.random.default_rng(5)
+np.savez({path!r}, **{{str(t): _core.repack_weight(make_weights(T(t), 37, 512, rng), t, 37, 512, 2) for t in {types}}})
+"""
+
+
+@pytest.mark.skipif(not _core.isa_available(2), reason="the AVX-512 repacker is the reference; this CPU lacks it")
+def test_portable_repack_writes_the_avx512_panels(tmp_path) -> None:
+    """CPUs without AVX-512 repack the legacy types in plain C++: byte for byte the same panels
+    (37 rows: the last panel repeats its last row)."""
+    path = tmp_path / "avx2.npz"
+    types = [int(t) for t in BSEQ_TYPES[:5]]
+    proc = run_python(PORTABLE_REPACK.format(tests=str(REPO / "tests"), path=str(path), types=types),
+                      LOCALLLM_ISA="avx2")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    portable = np.load(path)
+    rng = np.random.default_rng(5)
+    for t in types:
+        expected = _core.repack_weight(make_weights(T(t), 37, 512, rng), t, 37, 512, 2)
+        assert np.array_equal(portable[str(t)], expected), T(t).name
 
 
 AMX_VS_VNNI = """

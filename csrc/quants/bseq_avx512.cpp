@@ -586,10 +586,6 @@ void matmul_avx512(GGMLType t, const uint8_t* W, size_t ws, int64_t N, int64_t n
     }
 }
 
-size_t repacked_bytes(GGMLType, int64_t N, size_t ws) {
-    return (size_t)((N + kPanel - 1) / kPanel) * kPanel * ws;
-}
-
 void repack_panels(GGMLType t, const uint8_t* W, size_t ws, int64_t N, int64_t K, uint8_t* dst,
                    int64_t p0, int64_t p1) {
     const int64_t nu = K / 32;
@@ -615,7 +611,6 @@ void matmul_avx512(GGMLType, const uint8_t*, size_t, int64_t, int64_t, int64_t, 
                    int64_t, bool, bool) {
     throw std::logic_error("bseq::matmul_avx512: not compiled in");
 }
-size_t repacked_bytes(GGMLType, int64_t, size_t) { return 0; }
 void repack_panels(GGMLType, const uint8_t*, size_t, int64_t, int64_t, uint8_t*, int64_t, int64_t) {
     throw std::logic_error("bseq::repack_panels: not compiled in");
 }

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <string.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "../fp16.h"
@@ -192,6 +193,47 @@ void act_pack_rows(GGMLType t, const uint8_t* Xq, size_t xs, int64_t m0, int64_t
                 ap->bias[m * nu + u] = bias * sum;
             }
         }
+    }
+}
+
+// ---- repacked panels ------------------------------------------------------------------------
+
+size_t repacked_bytes(GGMLType, int64_t N, size_t ws) {
+    return (size_t)((N + kPanel - 1) / kPanel) * kPanel * ws;
+}
+
+void repack_panels_legacy(GGMLType t, const uint8_t* W, size_t ws, int64_t N, int64_t K, uint8_t* dst,
+                          int64_t p0, int64_t p1) {
+    // Per type: block bytes, offset and length of the quants, offset of the fifth bits (or -1),
+    // and whether a min follows the scale (the order bseq_avx512.cpp's packers read them in).
+    int qs, qs_len, qh = -1;
+    bool min = false;
+    switch (t) {
+        case GGMLType::Q4_0: qs = 2; qs_len = 16; break;
+        case GGMLType::Q4_1: qs = 4; qs_len = 16; min = true; break;
+        case GGMLType::Q5_0: qs = 6; qs_len = 16; qh = 2; break;
+        case GGMLType::Q5_1: qs = 8; qs_len = 16; qh = 4; min = true; break;
+        case GGMLType::Q8_0: qs = 2; qs_len = 32; break;
+        default: throw std::invalid_argument("bseq::repack_panels_legacy: not a legacy weight type");
+    }
+    const size_t block = type_traits(t)->block_bytes;
+    for (int64_t p = p0; p < p1; ++p) {
+        const uint8_t* row[kPanel];
+        for (int r = 0; r < kPanel; ++r)   // rows past N repeat the last one
+            row[r] = W + (p * kPanel + std::min<int64_t>(r, N - 1 - p * kPanel)) * ws;
+        uint8_t* out = dst + p * kPanel * ws;
+        auto put = [&](size_t off, size_t n) {   // n bytes at `off` of each row, row after row
+            for (int r = 0; r < kPanel; ++r, out += n) memcpy(out, row[r] + off, n);
+        };
+        for (int64_t u = 0; u < K / 32; ++u) {
+            const size_t base = (size_t)u * block;
+            for (int i = 0; i < qs_len / 4; ++i) put(base + qs + 4 * i, 4);   // 16-row transposes
+            if (qh >= 0) put(base + qh, 4);
+            put(base, 2);                                                    // d
+            if (min) put(base + 2, 2);                                       // m
+        }
+        if (out != dst + (p + 1) * kPanel * ws)
+            throw std::logic_error("bseq::repack_panels_legacy: panel size differs from the GGUF rows'");
     }
 }
 

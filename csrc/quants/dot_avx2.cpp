@@ -1,12 +1,15 @@
 // dot_avx2.cpp — AVX2 + FMA + F16C tile kernels (no VNNI, so they run on any AVX2 CPU).
 // Scalar references: dot_scalar.cpp.
 //
-// Legacy blocks go one block (32 quants = one ymm) per step. Signed x signed byte products use
+// The legacy types Q4_0 ... Q8_0 are block-sequential (bseq.h, bseq_avx2.cpp); IQ4_NL blocks go
+// one block (32 quants = one ymm) per step. Signed x signed byte products use
 // the vpsignb trick (|w| x sign(y, w), then vpmaddubsw: |w| <= 128 and |y| <= 127 keep the
 // int16 pair sums below 32767) and vpmaddwd with ones to int32; the 8 lanes are converted and
 // accumulated with the block's scale product in one FMA. K-quants multiply the int16 pair sums
 // by the sub-block scales with vpmaddwd and keep a super-block's sums in int32.
 #include "dot_impl.h"
+
+#include "bseq.h"
 
 #if LLL_BUILD_AVX2
 #include <immintrin.h>
@@ -34,21 +37,10 @@ inline __m256i unpack_nibbles_16(const uint8_t* p) {
     return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(b, 4), b), _mm256_set1_epi8(0x0F));
 }
 
-// Bit j of the 32 bits at p -> byte j is 0xFF when set, 0 otherwise.
-inline __m256i bits_to_bytes(const uint8_t* p) {
-    uint32_t bits;
-    memcpy(&bits, p, 4);
-    const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits),
-        _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0));
-    const __m256i probe = _mm256_set1_epi64x(0x8040201008040201);
-    return _mm256_cmpeq_epi8(_mm256_and_si256(spread, probe), probe);
-}
-
 // A weight block's quants and scales. Signed quants keep |q| beside q: vpmaddubsw needs an
 // unsigned operand, and |q| is shared by all activation rows of a tile.
 struct WBlock { __m256i q, aq; float d, m; };
 inline WBlock signed_block(__m256i q, float d) { return {q, _mm256_sign_epi8(q, q), d, 0.0f}; }
-inline WBlock unsigned_block(__m256i q, float d, float m) { return {q, q, d, m}; }
 
 // Sum of products of signed bytes, as 8 int32 lanes (pairs of 4 products): |w| x sign(y, w).
 inline __m256i dot_i8(const WBlock& w, __m256i y) {
@@ -56,56 +48,8 @@ inline __m256i dot_i8(const WBlock& w, __m256i y) {
     return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
 }
 
-// Unsigned weight bytes (< 128) times signed activation bytes, as 8 int32 lanes.
-inline __m256i dot_u8(const WBlock& w, __m256i y) {
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(w.q, y), _mm256_set1_epi16(1));
-}
 
 // ---- legacy block steps: W = one weight block, X = one activation block ----------------------
-
-struct Q4_0Step {
-    static constexpr int kW = sizeof(block_q4_0), kX = sizeof(block_q8_0);
-    static constexpr bool kMin = false;
-    static WBlock load_w(const uint8_t* p) {
-        return signed_block(_mm256_sub_epi8(unpack_nibbles_16(p + 2), _mm256_set1_epi8(8)), h2f(load_u16(p)));
-    }
-    static __m256i dot(const WBlock& w, __m256i y) { return dot_i8(w, y); }
-};
-
-struct Q4_1Step {
-    static constexpr int kW = sizeof(block_q4_1), kX = sizeof(block_q8_1);
-    static constexpr bool kMin = true;
-    static WBlock load_w(const uint8_t* p) { return unsigned_block(unpack_nibbles_16(p + 4), h2f(load_u16(p)), h2f(load_u16(p + 2))); }
-    static __m256i dot(const WBlock& w, __m256i y) { return dot_u8(w, y); }
-};
-
-struct Q5_0Step {
-    static constexpr int kW = sizeof(block_q5_0), kX = sizeof(block_q8_0);
-    static constexpr bool kMin = false;
-    static WBlock load_w(const uint8_t* p) {
-        // q - 16 as a signed byte: the nibble when the 5th bit is set, else the nibble | 0xF0
-        const __m256i neg = _mm256_andnot_si256(bits_to_bytes(p + 2), _mm256_set1_epi8((char)0xF0));
-        return signed_block(_mm256_or_si256(unpack_nibbles_16(p + 6), neg), h2f(load_u16(p)));
-    }
-    static __m256i dot(const WBlock& w, __m256i y) { return dot_i8(w, y); }
-};
-
-struct Q5_1Step {
-    static constexpr int kW = sizeof(block_q5_1), kX = sizeof(block_q8_1);
-    static constexpr bool kMin = true;
-    static WBlock load_w(const uint8_t* p) {
-        const __m256i hi = _mm256_and_si256(bits_to_bytes(p + 4), _mm256_set1_epi8(16));
-        return unsigned_block(_mm256_or_si256(unpack_nibbles_16(p + 8), hi), h2f(load_u16(p)), h2f(load_u16(p + 2)));
-    }
-    static __m256i dot(const WBlock& w, __m256i y) { return dot_u8(w, y); }
-};
-
-struct Q8_0Step {
-    static constexpr int kW = sizeof(block_q8_0), kX = sizeof(block_q8_0);
-    static constexpr bool kMin = false;
-    static WBlock load_w(const uint8_t* p) { return signed_block(_mm256_loadu_si256((const __m256i*)(p + 2)), h2f(load_u16(p))); }
-    static __m256i dot(const WBlock& w, __m256i y) { return dot_i8(w, y); }
-};
 
 // 32 nibbles (element order) -> the signed grid values kvalues_iq4nl[nibble] (vpshufb looks up
 // within each 128-bit lane, so the 16-byte table sits in both).
@@ -418,11 +362,6 @@ struct FloatTile {
     }
 };
 
-template <int R, int C> using Q4_0Tile = LegacyTile<Q4_0Step, R, C>;
-template <int R, int C> using Q4_1Tile = LegacyTile<Q4_1Step, R, C>;
-template <int R, int C> using Q5_0Tile = LegacyTile<Q5_0Step, R, C>;
-template <int R, int C> using Q5_1Tile = LegacyTile<Q5_1Step, R, C>;
-template <int R, int C> using Q8_0Tile = LegacyTile<Q8_0Step, R, C>;
 template <int R, int C> using Q4KTile = KTile<KUnpack<Q4KUnpack, sizeof(block_q4_K)>, R, C>;
 template <int R, int C> using Q5KTile = KTile<KUnpack<Q5KUnpack, sizeof(block_q5_K)>, R, C>;
 template <int R, int C> using Q6KTile = KTile<KUnpack<Q6Unpack, sizeof(block_q6_K)>, R, C>;
@@ -434,14 +373,25 @@ template <int R, int C> using F32Tile = FloatTile<F32Load, R, C>;
 template <int R, int C> using F16Tile = FloatTile<F16Load, R, C>;
 template <int R, int C> using BF16Tile = FloatTile<BF16Load, R, C>;
 
+// Legacy types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) are block-sequential here too (bseq.h): the 1 x 1
+// dot and every tile are the reference fold, which bseq_avx2.cpp's panel kernels reproduce bit
+// for bit; matmul runs those.
+template <GGMLType T>
+float bseq_dot(int64_t n, const void* w, const void* x) { return bseq::dot_ref(T, n, w, x); }
+
+template <GGMLType T>
+KernelSet make_bseq_set() {
+    return make_tile_set<DotTile<&bseq_dot<T>>::template T, 1, 1>(Isa::AVX2);
+}
+
 }  // namespace avx2_impl
 using namespace avx2_impl;
 
-LLL_DEFINE_KERNEL_SET(avx2_q4_0, (make_tile_set<Q4_0Tile, 2, 4>(Isa::AVX2)))
-LLL_DEFINE_KERNEL_SET(avx2_q4_1, (make_tile_set<Q4_1Tile, 2, 4>(Isa::AVX2)))
-LLL_DEFINE_KERNEL_SET(avx2_q5_0, (make_tile_set<Q5_0Tile, 2, 4>(Isa::AVX2)))
-LLL_DEFINE_KERNEL_SET(avx2_q5_1, (make_tile_set<Q5_1Tile, 2, 4>(Isa::AVX2)))
-LLL_DEFINE_KERNEL_SET(avx2_q8_0, (make_tile_set<Q8_0Tile, 2, 4>(Isa::AVX2)))
+LLL_DEFINE_KERNEL_SET(avx2_q4_0, make_bseq_set<GGMLType::Q4_0>())
+LLL_DEFINE_KERNEL_SET(avx2_q4_1, make_bseq_set<GGMLType::Q4_1>())
+LLL_DEFINE_KERNEL_SET(avx2_q5_0, make_bseq_set<GGMLType::Q5_0>())
+LLL_DEFINE_KERNEL_SET(avx2_q5_1, make_bseq_set<GGMLType::Q5_1>())
+LLL_DEFINE_KERNEL_SET(avx2_q8_0, make_bseq_set<GGMLType::Q8_0>())
 LLL_DEFINE_KERNEL_SET(avx2_q4_K, (make_tile_set<Q4KTile, 1, 4>(Isa::AVX2)))
 LLL_DEFINE_KERNEL_SET(avx2_q5_K, (make_tile_set<Q5KTile, 1, 4>(Isa::AVX2)))
 LLL_DEFINE_KERNEL_SET(avx2_q6_K, (make_tile_set<Q6KTile, 1, 4>(Isa::AVX2)))
