@@ -14,8 +14,10 @@ DEFAULT_MODELS = ["smollm2-135m-q4_1", "gemma3-270m-q4_k_m", "qwen2.5-coder-0.5b
 
 
 # llama.cpp built for this CPU, AMX included where the compiler and CPU have it (as llama.cpp's
-# own release builds do with GGML_NATIVE).
-CMAKE_ARGS = "-DGGML_NATIVE=ON"
+# own release builds do with GGML_NATIVE). LOCALLLM_LLAMACPP_CMAKE_ARGS builds it otherwise, e.g.
+# for AVX2 only (with LOCALLLM_BENCH_VENV naming another venv), to compare localllm's AVX2 level
+# (LOCALLLM_ISA=avx2) with llama.cpp's on an AVX-512 machine.
+CMAKE_ARGS = os.environ.get("LOCALLLM_LLAMACPP_CMAKE_ARGS", "-DGGML_NATIVE=ON")
 
 
 def ensure_venv() -> Path:

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Builds llama.cpp's own `llama-server` from the llama.cpp source that llama-cpp-python 0.3.36's
 sdist vendors: the same llama.cpp release the CPU benchmarks compare against (llamacpp_venv.py),
-with the same native flags minus AMX. Built once into ~/.cache/localllm/llama-server/.
+with the same flags (native by default) minus AMX. Built once into ~/.cache/localllm/llama-server/
+(LOCALLLM_LLAMA_SERVER_DIR elsewhere), again when the flags change.
 
     python benchmarks/llamaserver_build.py          # prints the binary's path
 """
@@ -13,7 +14,7 @@ import sys
 import tarfile
 from pathlib import Path
 
-from llamacpp_venv import LLAMA_CPP_PYTHON
+from llamacpp_venv import CMAKE_ARGS, LLAMA_CPP_PYTHON
 
 ROOT = Path(os.environ.get("LOCALLLM_LLAMA_SERVER_DIR", Path.home() / ".cache" / "localllm" / "llama-server"))
 BINARY = ROOT / "build" / "bin" / "llama-server"
@@ -50,21 +51,28 @@ def _llama_cpp_source() -> Path:
 
 
 def ensure_llama_server(jobs: int = 2) -> Path:
-    """The llama-server binary, configuring and compiling it first when it is missing."""
-    if BINARY.exists():
+    """The llama-server binary, configuring and compiling it first when it is missing or was built
+    with other flags (kept beside it)."""
+    build = ROOT / "build"
+    # The flags llamacpp_venv.py builds the CPU benchmarks' llama.cpp with (native by default;
+    # LOCALLLM_LLAMACPP_CMAKE_ARGS for another level, with LOCALLLM_LLAMA_SERVER_DIR elsewhere),
+    # minus AMX: a C++ binary has no hook to ask Linux for the AMX tile state before llama.cpp
+    # first uses it (llamacpp_venv.request_amx_permission does that for the Python workers).
+    no_amx = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+    flags = [*CMAKE_ARGS.split(), f"-DCMAKE_C_FLAGS={no_amx}", f"-DCMAKE_CXX_FLAGS={no_amx}"]
+    stamp = build / "localllm-cmake-args.txt"
+    if BINARY.exists() and stamp.exists() and stamp.read_text() == " ".join(flags):
         return BINARY
     src = _llama_cpp_source()
-    build = ROOT / "build"
-    print(f"building llama-server from {src} into {build} (several minutes)", file=sys.stderr)
-    # Native flags minus AMX, as llamacpp_venv.py builds the llama.cpp the CPU benchmarks use.
-    no_amx = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+    print(f"building llama-server from {src} into {build} with {flags} (several minutes)", file=sys.stderr)
     subprocess.run(["cmake", "-S", str(src), "-B", str(build), "-G", "Ninja",
-                    "-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=ON", "-DLLAMA_CURL=OFF",
-                    "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_SERVER=ON",
-                    f"-DCMAKE_C_FLAGS={no_amx}", f"-DCMAKE_CXX_FLAGS={no_amx}"], check=True)
+                    "-DCMAKE_BUILD_TYPE=Release", *flags, "-DLLAMA_CURL=OFF",
+                    "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_SERVER=ON"],
+                   check=True)
     subprocess.run(["cmake", "--build", str(build), "--target", "llama-server", "-j", str(jobs)], check=True)
     if not BINARY.exists():
         raise RuntimeError(f"the build finished without {BINARY}")
+    stamp.write_text(" ".join(flags))
     return BINARY
 
 
