@@ -132,6 +132,31 @@ def test_amx_equals_vnni(tmp_path) -> None:
         assert np.array_equal(results["amx"][str(int(t))], results["vnni"][str(int(t))]), t.name
 
 
+AVX2_LOGITS = """
+import numpy as np
+from localllm import LLM
+llm = LLM({path!r}, n_threads=2, n_ctx=256)
+np.save({out!r}, np.asarray(llm.logits(llm.tokenize({text!r}))))
+"""
+
+
+@pytest.mark.skipif(not _core.isa_available(2), reason="no AVX-512 here to compare the AVX2 path with")
+def test_avx2_gives_the_avx512_logits_for_a_legacy_type_model(tmp_path) -> None:
+    """SmolLM2 Q4_1 stores every matrix in a legacy type (Q4_1, Q8_0), which both levels run
+    block-sequentially; the other ops are bit-exact to their scalar statements at each level. So a
+    process capped at AVX2 gives the AVX-512 process's logits bit for bit, at every position."""
+    from conftest import model_file
+    path, text = str(model_file("smollm2-135m-q4_1")), "The quick brown fox jumps over the lazy dog. " * 6
+    logits = {}
+    for level in ("avx2", "avx512"):
+        out = tmp_path / f"{level}.npy"
+        proc = run_python(AVX2_LOGITS.format(path=path, out=str(out), text=text), LOCALLLM_ISA=level)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        logits[level] = np.load(out)
+    assert logits["avx2"].shape[0] > 50
+    assert np.array_equal(logits["avx2"], logits["avx512"])
+
+
 def test_isa_cap_is_honoured_and_checked() -> None:
     probe = ("from localllm import _core; print(_core.best_isa(), _core.amx_available(), "
              "_core.attention_avx512_available())")
