@@ -86,15 +86,13 @@ struct BseqJob {
 
 constexpr int kMaxJobs = 4;   // matrices per parallel region (q/k/v: 3)
 
-// The level whose block-sequential kernels run wtype when `isa` is asked for: AVX-512 for every
-// repackable type, AVX2 for the legacy ones; Scalar when none does (the tile kernels run).
-// The one place that decides: matmul_q, can_repack and the repacked entry points ask it.
+// The level whose block-sequential kernels run wtype when `isa` is asked for (AVX-512 or AVX2,
+// for every repackable type); Scalar when none does (the tile kernels run). The one place that
+// decides: matmul_q, can_repack and the repacked entry points ask it.
 Isa bseq_level(GGMLType wtype, Isa isa) {
     const TypeTraits* tt = type_traits(wtype);
     const kern::KernelSet* ks = tt && tt->repackable ? kern::find_kernels(wtype, isa) : nullptr;
-    if (ks && ks->isa == Isa::AVX512) return Isa::AVX512;
-    if (ks && ks->isa == Isa::AVX2 && bseq::avx2_supported(wtype)) return Isa::AVX2;
-    return Isa::Scalar;
+    return ks && (ks->isa == Isa::AVX512 || ks->isa == Isa::AVX2) ? ks->isa : Isa::Scalar;
 }
 
 void matmul_bseq_jobs(ThreadPool& pool, const BseqJob* jobs, int n_jobs, int64_t K, const uint8_t* x,
@@ -223,8 +221,8 @@ void repack_weight(ThreadPool& pool, GGMLType wtype, const void* W, int64_t N, i
     const int64_t panels = (N + bseq::kPanel - 1) / bseq::kPanel;
     run_maybe_parallel(pool, panels >= 2, [&](int ith, int nth) {
         const int64_t p0 = panels * ith / nth, p1 = panels * (ith + 1) / nth;
-        if (bseq::avx2_supported(wtype) && !isa_available(Isa::AVX512))   // the same bytes, without AVX-512
-            bseq::repack_panels_legacy(wtype, (const uint8_t*)W, (size_t)wrb, N, K, dst, p0, p1);
+        if (!isa_available(Isa::AVX512))   // the same bytes, without AVX-512
+            bseq::repack_panels_portable(wtype, (const uint8_t*)W, (size_t)wrb, N, K, dst, p0, p1);
         else
             bseq::repack_panels(wtype, (const uint8_t*)W, (size_t)wrb, N, K, dst, p0, p1);
     });

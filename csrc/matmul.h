@@ -24,8 +24,8 @@ void matmul_q(ThreadPool& pool, GGMLType wtype, const void* W, int64_t N, int64_
 
 // Weights repacked once for the block-sequential kernels (quants/bseq.h): same bytes as the
 // GGUF rows (padded to whole 16-row panels), laid out per panel so decode streams contiguous
-// vectors. The layout is the same at every level; AVX-512 runs every repackable type from it,
-// AVX2 the legacy ones (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0).
+// vectors. The layout is the same at the AVX-512 and AVX2 levels, which run every repackable
+// type (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K) from it.
 bool can_repack(GGMLType wtype, Isa isa);   // the type runs block-sequential at this ISA level
 size_t repacked_bytes(GGMLType wtype, int64_t N, int64_t K);
 void repack_weight(ThreadPool& pool, GGMLType wtype, const void* W, int64_t N, int64_t K, uint8_t* dst);

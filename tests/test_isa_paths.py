@@ -3,8 +3,8 @@ uses (and LOCALLLM_NO_AMX=1 turns AMX off), so the lower paths run end to end on
 has the higher ones, and each path is held to its own reference.
 
 - Kernel level: at every level this CPU has, matmul at M = 1, 16, 17, 32, 64, 128 equals the
-  level's one-row dot product (vec_dot) on every row; the repacked panels (AVX-512: every
-  block-sequential type; AVX2: the legacy ones) equal the GGUF rows' kernel, and the portable
+  level's one-row dot product (vec_dot) on every row; the repacked panels (AVX-512 and AVX2,
+  every block-sequential type) equal the GGUF rows' kernel, and the portable
   repacker writes the AVX-512 one's bytes; AMX, where granted, equals the VNNI kernels of a
   process with AMX off.
 - Model level: the fidelity checks against llama.cpp run again in a process capped at AVX2 (its
@@ -50,9 +50,9 @@ def test_matmul_rows_equal_the_levels_vec_dot(t: T, isa: int) -> None:
             assert np.array_equal(y[i], dots), f"{_core.isa_name(isa)} M={m} row {i}"
 
 
-# The types each level runs from repacked panels: AVX-512 every block-sequential type, AVX2 the
-# legacy ones (quants/bseq_avx2.cpp).
-REPACKED = [(isa, t) for isa in ISAS if isa >= 1 for t in BSEQ_TYPES[:5 if isa == 1 else None]]
+# Both SIMD levels run every block-sequential type from the same repacked panels
+# (quants/bseq_avx512.cpp, quants/bseq_avx2.cpp).
+REPACKED = [(isa, t) for isa in ISAS if isa >= 1 for t in BSEQ_TYPES]
 
 
 @pytest.mark.parametrize("isa,t", REPACKED, ids=lambda v: v.name if isinstance(v, T) else _core.isa_name(v))
@@ -64,14 +64,6 @@ def test_repacked_panels_equal_gguf_rows_at_every_row_count(isa: int, t: T) -> N
     for m in ROWS:
         assert np.array_equal(_core.matmul_repacked(w, int(t), n, k, x[:m], 2, isa=isa),
                               _core.matmul(w, int(t), n, k, x[:m], 2, isa)), f"M={m}"
-
-
-def test_avx2_does_not_repack_k_quants() -> None:
-    if not _core.isa_available(1):
-        pytest.skip("no AVX2 here")
-    w = make_weights(T.Q4_K, 16, 256, np.random.default_rng(0))
-    with pytest.raises(ValueError, match="Q4_K is not repacked at ISA level avx2"):
-        _core.matmul_repacked(w, int(T.Q4_K), 16, 256, make_acts(2, 256, np.random.default_rng(1)), 2, isa=1)
 
 
 PORTABLE_REPACK = """
@@ -86,10 +78,10 @@ np.savez({path!r}, **{{str(t): _core.repack_weight(make_weights(T(t), 37, 512, r
 
 @pytest.mark.skipif(not _core.isa_available(2), reason="the AVX-512 repacker is the reference; this CPU lacks it")
 def test_portable_repack_writes_the_avx512_panels(tmp_path) -> None:
-    """CPUs without AVX-512 repack the legacy types in plain C++: byte for byte the same panels
-    (37 rows: the last panel repeats its last row)."""
+    """CPUs without AVX-512 repack in plain C++: byte for byte the same panels (37 rows: the
+    last panel repeats its last row)."""
     path = tmp_path / "avx2.npz"
-    types = [int(t) for t in BSEQ_TYPES[:5]]
+    types = [int(t) for t in BSEQ_TYPES]
     proc = run_python(PORTABLE_REPACK.format(tests=str(REPO / "tests"), path=str(path), types=types),
                       LOCALLLM_ISA="avx2")
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -141,12 +133,14 @@ np.save({out!r}, np.asarray(llm.logits(llm.tokenize({text!r}))))
 
 
 @pytest.mark.skipif(not _core.isa_available(2), reason="no AVX-512 here to compare the AVX2 path with")
-def test_avx2_gives_the_avx512_logits_for_a_legacy_type_model(tmp_path) -> None:
-    """SmolLM2 Q4_1 stores every matrix in a legacy type (Q4_1, Q8_0), which both levels run
-    block-sequentially; the other ops are bit-exact to their scalar statements at each level. So a
-    process capped at AVX2 gives the AVX-512 process's logits bit for bit, at every position."""
+@pytest.mark.parametrize("key", ["smollm2-135m-q4_1", "gemma3-270m-q4_k_m", "qwen2.5-coder-0.5b-q4_k_m"])
+def test_avx2_gives_the_avx512_logits(tmp_path, key: str) -> None:
+    """Every matrix of the three models is of a block-sequential type (Q4_1, Q5_0, Q8_0, Q4_K,
+    Q6_K), which both levels run in the one order of quants/bseq.h, and the other ops are bit-exact
+    to their scalar statements at each level: a process capped at AVX2 gives the AVX-512
+    process's logits bit for bit, at every position."""
     from conftest import model_file
-    path, text = str(model_file("smollm2-135m-q4_1")), "The quick brown fox jumps over the lazy dog. " * 6
+    path, text = str(model_file(key)), "The quick brown fox jumps over the lazy dog. " * 6
     logits = {}
     for level in ("avx2", "avx512"):
         out = tmp_path / f"{level}.npy"

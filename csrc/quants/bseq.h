@@ -74,17 +74,15 @@ size_t repacked_bytes(GGMLType wtype, int64_t N, size_t w_stride);
 void repack_panels(GGMLType wtype, const uint8_t* W, size_t w_stride, int64_t N, int64_t K,
                    uint8_t* dst, int64_t panel0, int64_t panel1);
 
-// The legacy types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) on AVX2 without VNNI (bseq_avx2.cpp): the same
-// results from the same repacked panels (or GGUF rows, repacked a panel at a time), each panel
-// as two halves of 8 rows. False / throws when AVX2 is not compiled in.
-bool avx2_supported(GGMLType wtype);
+// The block-sequential types on AVX2 without VNNI (bseq_avx2.cpp): the same results from the
+// same repacked panels (or GGUF rows, repacked a panel at a time), each panel as two halves of
+// 8 rows. Throws when AVX2 is not compiled in.
 void matmul_avx2(GGMLType wtype, const uint8_t* W, size_t w_stride, int64_t N, int64_t n0, int64_t n1,
                  const ActPack& ap, float* Y, int64_t ldy, bool repacked);
 
-// repack_panels for the types avx2_supported names, in plain C++ (byte for byte the same panels):
-// what CPUs without AVX-512 repack with.
-void repack_panels_legacy(GGMLType wtype, const uint8_t* W, size_t w_stride, int64_t N, int64_t K,
-                          uint8_t* dst, int64_t panel0, int64_t panel1);
+// repack_panels in plain C++ (byte for byte the same panels): what CPUs without AVX-512 repack with.
+void repack_panels_portable(GGMLType wtype, const uint8_t* W, size_t w_stride, int64_t N, int64_t K,
+                            uint8_t* dst, int64_t panel0, int64_t panel1);
 
 // AMX tile support on this CPU and OS (permission requested once); false when not compiled in.
 bool amx_available();

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <vector>
 
 #include "../fp16.h"
 #include "dot_impl.h"
@@ -202,38 +203,61 @@ size_t repacked_bytes(GGMLType, int64_t N, size_t ws) {
     return (size_t)((N + kPanel - 1) / kPanel) * kPanel * ws;
 }
 
-void repack_panels_legacy(GGMLType t, const uint8_t* W, size_t ws, int64_t N, int64_t K, uint8_t* dst,
-                          int64_t p0, int64_t p1) {
-    // Per type: block bytes, offset and length of the quants, offset of the fifth bits (or -1),
-    // and whether a min follows the scale (the order bseq_avx512.cpp's packers read them in).
-    int qs, qs_len, qh = -1;
-    bool min = false;
+namespace {
+
+// The fields bseq_avx512.cpp's packer reads for one scale group of a panel, in its order: each
+// {offset, bytes} is taken from all 16 rows, row after row (a 16-row transpose when repeated over
+// consecutive dwords). The group is a 32-block for the legacy types, a 256-block for K-quants.
+struct Field { int off, bytes; };
+std::vector<Field> group_fields(GGMLType t) {
+    std::vector<Field> f;
+    auto dwords = [&](int off, int n) { for (int i = 0; i < n; ++i) f.push_back({off + 4 * i, 4}); };
     switch (t) {
-        case GGMLType::Q4_0: qs = 2; qs_len = 16; break;
-        case GGMLType::Q4_1: qs = 4; qs_len = 16; min = true; break;
-        case GGMLType::Q5_0: qs = 6; qs_len = 16; qh = 2; break;
-        case GGMLType::Q5_1: qs = 8; qs_len = 16; qh = 4; min = true; break;
-        case GGMLType::Q8_0: qs = 2; qs_len = 32; break;
-        default: throw std::invalid_argument("bseq::repack_panels_legacy: not a legacy weight type");
+        case GGMLType::Q4_0: dwords(2, 4); f.push_back({0, 2}); break;
+        case GGMLType::Q4_1: dwords(4, 4); f.push_back({0, 2}); f.push_back({2, 2}); break;
+        case GGMLType::Q5_0: dwords(6, 4); dwords(2, 1); f.push_back({0, 2}); break;
+        case GGMLType::Q5_1: dwords(8, 4); dwords(4, 1); f.push_back({0, 2}); f.push_back({2, 2}); break;
+        case GGMLType::Q8_0: dwords(2, 8); f.push_back({0, 2}); break;
+        case GGMLType::Q4_K: case GGMLType::Q5_K: {
+            const bool q5 = t == GGMLType::Q5_K;
+            if (q5) dwords(16, 8);                              // qh
+            dwords(4, 3);                                       // scales and mins
+            for (int c = 0; c < 4; ++c) dwords((q5 ? 48 : 16) + 32 * c, 8);
+            dwords(0, 1);                                       // d, dmin
+            break;
+        }
+        case GGMLType::Q6_K:
+            dwords(192, 4);                                     // scales
+            for (int half = 0; half < 2; ++half) {
+                dwords(64 * half, 8);                           // ql, low nibbles' bytes
+                dwords(64 * half + 32, 8);
+                dwords(128 + 32 * half, 8);                     // qh
+            }
+            f.push_back({208, 2});                              // d
+            break;
+        default: throw std::invalid_argument("bseq::repack_panels_portable: unsupported weight type");
     }
-    const size_t block = type_traits(t)->block_bytes;
+    return f;
+}
+
+}  // namespace
+
+void repack_panels_portable(GGMLType t, const uint8_t* W, size_t ws, int64_t N, int64_t K, uint8_t* dst,
+                            int64_t p0, int64_t p1) {
+    const std::vector<Field> fields = group_fields(t);
+    const TypeTraits& tt = *type_traits(t);
     for (int64_t p = p0; p < p1; ++p) {
         const uint8_t* row[kPanel];
         for (int r = 0; r < kPanel; ++r)   // rows past N repeat the last one
             row[r] = W + (p * kPanel + std::min<int64_t>(r, N - 1 - p * kPanel)) * ws;
         uint8_t* out = dst + p * kPanel * ws;
-        auto put = [&](size_t off, size_t n) {   // n bytes at `off` of each row, row after row
-            for (int r = 0; r < kPanel; ++r, out += n) memcpy(out, row[r] + off, n);
-        };
-        for (int64_t u = 0; u < K / 32; ++u) {
-            const size_t base = (size_t)u * block;
-            for (int i = 0; i < qs_len / 4; ++i) put(base + qs + 4 * i, 4);   // 16-row transposes
-            if (qh >= 0) put(base + qh, 4);
-            put(base, 2);                                                    // d
-            if (min) put(base + 2, 2);                                       // m
+        for (int64_t g = 0; g < K / tt.block_elems; ++g) {
+            const size_t base = (size_t)g * tt.block_bytes;
+            for (const Field& f : fields)
+                for (int r = 0; r < kPanel; ++r, out += f.bytes) memcpy(out, row[r] + base + f.off, (size_t)f.bytes);
         }
         if (out != dst + (p + 1) * kPanel * ws)
-            throw std::logic_error("bseq::repack_panels_legacy: panel size differs from the GGUF rows'");
+            throw std::logic_error("bseq::repack_panels_portable: panel size differs from the GGUF rows'");
     }
 }
 

@@ -1,8 +1,8 @@
 // dot_avx2.cpp — AVX2 + FMA + F16C tile kernels (no VNNI, so they run on any AVX2 CPU).
 // Scalar references: dot_scalar.cpp.
 //
-// The legacy types Q4_0 ... Q8_0 are block-sequential (bseq.h, bseq_avx2.cpp); IQ4_NL blocks go
-// one block (32 quants = one ymm) per step. Signed x signed byte products use
+// Q4_0 ... Q8_0 and Q4_K, Q5_K, Q6_K are block-sequential (bseq.h, bseq_avx2.cpp); IQ4_NL blocks
+// go one block (32 quants = one ymm) per step. Signed x signed byte products use
 // the vpsignb trick (|w| x sign(y, w), then vpmaddubsw: |w| <= 128 and |y| <= 127 keep the
 // int16 pair sums below 32767) and vpmaddwd with ones to int32; the 8 lanes are converted and
 // accumulated with the block's scale product in one FMA. K-quants multiply the int16 pair sums
@@ -135,70 +135,6 @@ inline __m256i scale_pair(__m256i sc16, int g) {
 // multiplies the activations (unsigned quants: vpmaddubsw; signed: the vpsign trick), and the
 // per-row finish (mins or offsets against the activations' block sums, then the FMAs). The
 // integer sums are exact, so a product's bits do not depend on the tile it was computed in.
-struct Q45Unpack {   // Q4_K (five false) / Q5_K
-    const uint8_t* qs;
-    bool five;
-    float d, dmin;
-    __m256i hbits;
-    __m256i mins16;          // lane g: the min of sub-block g / 2 (bsums cover 16 quants)
-    alignas(16) int16_t sc[8];
-    // The 12 scale bytes hold 8 six-bit scales and mins: sub-blocks 0..3 in the low 6 bits of
-    // bytes 0..3 (scales) and 4..7 (mins); 4..7 in the nibbles of bytes 8..11 with their top two
-    // bits in the high bits of bytes 0..3 / 4..7. Four sub-blocks per 32-bit word, as bytes.
-    Q45Unpack(const uint8_t* b, bool kFive)
-        : qs(b + 4 + K_SCALE_SIZE + (kFive ? QK_K / 8 : 0)), five(kFive), d(h2f(load_u16(b))), dmin(h2f(load_u16(b + 2))) {
-        uint32_t u[3];
-        memcpy(u, b + 4, 12);
-        const uint32_t sc_lo = u[0] & 0x3f3f3f3f, mn_lo = u[1] & 0x3f3f3f3f;
-        const uint32_t sc_hi = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);
-        const uint32_t mn_hi = ((u[2] >> 4) & 0x0f0f0f0f) | (((u[1] >> 6) & 0x03030303) << 4);
-        const __m128i scb = _mm_cvtsi64_si128((long long)(((uint64_t)sc_hi << 32) | sc_lo));
-        const __m128i mnb = _mm_cvtsi64_si128((long long)(((uint64_t)mn_hi << 32) | mn_lo));
-        _mm_store_si128((__m128i*)sc, _mm_cvtepu8_epi16(scb));
-        mins16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mnb, mnb));
-        hbits = kFive ? _mm256_loadu_si256((const __m256i*)(b + 4 + K_SCALE_SIZE)) : _mm256_setzero_si256();
-    }
-    // part t: the low (t even) or high nibbles of qs[32 (t / 2) ..], 5th bit t of qh
-    __m256i quants(int t) const {
-        const __m256i q = _mm256_loadu_si256((const __m256i*)(qs + 32 * (t / 2)));
-        __m256i v = _mm256_and_si256(t % 2 ? _mm256_srli_epi16(q, 4) : q, _mm256_set1_epi8(0x0F));
-        if (five) v = _mm256_or_si256(v, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, t), _mm256_set1_epi8(1)), 4));
-        return v;
-    }
-    __m256i scales(int t) const { return _mm256_set1_epi16(sc[t]); }
-    static __m256i dot(__m256i q, __m256i y) { return _mm256_maddubs_epi16(q, y); }
-    void finish(const block_q8_K& x, __m256i isum, __m256& acc) const {
-        const __m256i mins = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)x.bsums), mins16);
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(d * x.d), acc);
-        acc = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_set1_ps(dmin * x.d), acc);
-    }
-};
-
-struct Q6Unpack {
-    const block_q6_K* b;
-    __m256i sc16;
-    explicit Q6Unpack(const uint8_t* blk)
-        : b((const block_q6_K*)blk), sc16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)b->scales))) {}
-    // part t = 4h + s: elements 128h + 32s + l, low bits from ql[64h + 32 (s & 1) + l] (nibble
-    // s >> 1), high bits (qh[32h + l] >> 2s) & 3; stored + 32
-    __m256i quants(int t) const {
-        const int h = t / 4, s = t % 4;
-        const __m256i ql = _mm256_loadu_si256((const __m256i*)(b->ql + 64 * h + 32 * (s & 1)));
-        const __m256i qh = _mm256_loadu_si256((const __m256i*)(b->qh + 32 * h));
-        const __m256i low = _mm256_and_si256(s >> 1 ? _mm256_srli_epi16(ql, 4) : ql, _mm256_set1_epi8(0x0F));
-        const __m256i high = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * s), _mm256_set1_epi8(3));
-        return _mm256_or_si256(low, _mm256_slli_epi16(high, 4));
-    }
-    __m256i scales(int t) const { return scale_pair(sc16, 2 * t); }
-    static __m256i dot(__m256i q, __m256i y) { return _mm256_maddubs_epi16(q, y); }
-    void finish(const block_q8_K& x, __m256i isum, __m256& acc) const {
-        // quants are stored + 32: subtract 32 * sum(sc * bsums), exactly, in int32
-        const __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)x.bsums), sc16);
-        isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(off, 5));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(h2f(b->d) * x.d), acc);
-    }
-};
-
 struct Q2Unpack {
     const block_q2_K* b;
     __m128i sc;
@@ -267,8 +203,6 @@ struct KUnpack {
     static constexpr int kBytes = kBlockBytes;
     static U at(const uint8_t* blk) { return U(blk); }
 };
-struct Q4KUnpack : Q45Unpack { explicit Q4KUnpack(const uint8_t* b) : Q45Unpack(b, false) {} };
-struct Q5KUnpack : Q45Unpack { explicit Q5KUnpack(const uint8_t* b) : Q45Unpack(b, true) {} };
 
 template <class K, int R, int C>
 struct KTile {
@@ -362,9 +296,6 @@ struct FloatTile {
     }
 };
 
-template <int R, int C> using Q4KTile = KTile<KUnpack<Q4KUnpack, sizeof(block_q4_K)>, R, C>;
-template <int R, int C> using Q5KTile = KTile<KUnpack<Q5KUnpack, sizeof(block_q5_K)>, R, C>;
-template <int R, int C> using Q6KTile = KTile<KUnpack<Q6Unpack, sizeof(block_q6_K)>, R, C>;
 template <int R, int C> using Q2KTile = KTile<KUnpack<Q2Unpack, sizeof(block_q2_K)>, R, C>;
 template <int R, int C> using Q3KTile = KTile<KUnpack<Q3Unpack, sizeof(block_q3_K)>, R, C>;
 template <int R, int C> using IQ4NLTile = LegacyTile<IQ4_NLStep, R, C>;
@@ -373,7 +304,7 @@ template <int R, int C> using F32Tile = FloatTile<F32Load, R, C>;
 template <int R, int C> using F16Tile = FloatTile<F16Load, R, C>;
 template <int R, int C> using BF16Tile = FloatTile<BF16Load, R, C>;
 
-// Legacy types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) are block-sequential here too (bseq.h): the 1 x 1
+// The block-sequential types (bseq.h) are block-sequential here too: the 1 x 1
 // dot and every tile are the reference fold, which bseq_avx2.cpp's panel kernels reproduce bit
 // for bit; matmul runs those.
 template <GGMLType T>
@@ -392,9 +323,9 @@ LLL_DEFINE_KERNEL_SET(avx2_q4_1, make_bseq_set<GGMLType::Q4_1>())
 LLL_DEFINE_KERNEL_SET(avx2_q5_0, make_bseq_set<GGMLType::Q5_0>())
 LLL_DEFINE_KERNEL_SET(avx2_q5_1, make_bseq_set<GGMLType::Q5_1>())
 LLL_DEFINE_KERNEL_SET(avx2_q8_0, make_bseq_set<GGMLType::Q8_0>())
-LLL_DEFINE_KERNEL_SET(avx2_q4_K, (make_tile_set<Q4KTile, 1, 4>(Isa::AVX2)))
-LLL_DEFINE_KERNEL_SET(avx2_q5_K, (make_tile_set<Q5KTile, 1, 4>(Isa::AVX2)))
-LLL_DEFINE_KERNEL_SET(avx2_q6_K, (make_tile_set<Q6KTile, 1, 4>(Isa::AVX2)))
+LLL_DEFINE_KERNEL_SET(avx2_q4_K, make_bseq_set<GGMLType::Q4_K>())
+LLL_DEFINE_KERNEL_SET(avx2_q5_K, make_bseq_set<GGMLType::Q5_K>())
+LLL_DEFINE_KERNEL_SET(avx2_q6_K, make_bseq_set<GGMLType::Q6_K>())
 LLL_DEFINE_KERNEL_SET(avx2_q2_K, (make_tile_set<Q2KTile, 1, 4>(Isa::AVX2)))
 LLL_DEFINE_KERNEL_SET(avx2_q3_K, (make_tile_set<Q3KTile, 1, 4>(Isa::AVX2)))
 LLL_DEFINE_KERNEL_SET(avx2_f32, (make_tile_set<F32Tile, 4, 3>(Isa::AVX2)))
