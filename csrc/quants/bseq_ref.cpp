@@ -253,8 +253,12 @@ void repack_panels_portable(GGMLType t, const uint8_t* W, size_t ws, int64_t N, 
         uint8_t* out = dst + p * kPanel * ws;
         for (int64_t g = 0; g < K / tt.block_elems; ++g) {
             const size_t base = (size_t)g * tt.block_bytes;
-            for (const Field& f : fields)
-                for (int r = 0; r < kPanel; ++r, out += f.bytes) memcpy(out, row[r] + base + f.off, (size_t)f.bytes);
+            for (const Field& f : fields) {   // fixed-size copies: single moves, not memcpy calls
+                if (f.bytes == 4)
+                    for (int r = 0; r < kPanel; ++r, out += 4) memcpy(out, row[r] + base + f.off, 4);
+                else
+                    for (int r = 0; r < kPanel; ++r, out += 2) memcpy(out, row[r] + base + f.off, 2);
+            }
         }
         if (out != dst + (p + 1) * kPanel * ws)
             throw std::logic_error("bseq::repack_panels_portable: panel size differs from the GGUF rows'");
