@@ -34,19 +34,18 @@ namespace {
 // Where the fields of one repacked unit (16 rows x 32 quants) lie, per type (bseq_avx512.cpp's
 // packers read them in this order: quants, fifth bits, d, m).
 struct UnitLayout {
-    int bytes;      // 16 x the GGUF block
-    int qs_vecs;    // 64-byte vectors of transposed quants: 4 (nibbles) or 8 (Q8_0)
+    int bytes;      // 16 x the GGUF block; the transposed quants come first (4 or 8 64-byte vectors)
     int qh;         // offset of the 16 rows' 32-bit fifth-bit words, or -1
     int d, m;       // offsets of 16 f16 scales, 16 f16 mins (m: -1 without)
 };
 
 UnitLayout unit_layout(GGMLType t) {
     switch (t) {
-        case GGMLType::Q4_0: return {16 * (int)sizeof(block_q4_0), 4, -1, 256, -1};
-        case GGMLType::Q4_1: return {16 * (int)sizeof(block_q4_1), 4, -1, 256, 288};
-        case GGMLType::Q5_0: return {16 * (int)sizeof(block_q5_0), 4, 256, 320, -1};
-        case GGMLType::Q5_1: return {16 * (int)sizeof(block_q5_1), 4, 256, 320, 352};
-        case GGMLType::Q8_0: return {16 * (int)sizeof(block_q8_0), 8, -1, 512, -1};
+        case GGMLType::Q4_0: return {16 * (int)sizeof(block_q4_0), -1, 256, -1};
+        case GGMLType::Q4_1: return {16 * (int)sizeof(block_q4_1), -1, 256, 288};
+        case GGMLType::Q5_0: return {16 * (int)sizeof(block_q5_0), 256, 320, -1};
+        case GGMLType::Q5_1: return {16 * (int)sizeof(block_q5_1), 256, 320, 352};
+        case GGMLType::Q8_0: return {16 * (int)sizeof(block_q8_0), -1, 512, -1};
         default: throw std::invalid_argument("bseq::matmul_avx2: not a legacy weight type");
     }
 }
@@ -100,7 +99,7 @@ inline void unpack_half(const uint8_t* unit, const UnitLayout& L, int h, HalfUni
 constexpr bool has_min(GGMLType T) { return T == GGMLType::Q4_1 || T == GGMLType::Q5_1; }
 
 // The exact unit sum of 8 rows (lanes) with activation row x (32 quants), as int32 lanes.
-// B / A: pointers to the unit's 8 k-group vectors, `stride` bytes apart.
+// B: the unit's 8 k-group vectors (Q8_0: signed quants, A: their absolute values).
 template <GGMLType T>
 inline __m256i unit_sum(const __m256i* B, const __m256i* A, const int8_t* x) {
     const __m256i ones = _mm256_set1_epi16(1);
@@ -428,7 +427,7 @@ void replay_kquant_rows(const uint8_t* panel, size_t group_bytes, const ActPack&
         // fields out of order (three interleaved runs), which the hardware prefetchers follow
         // badly from DRAM (4864 x 4864, one row, Zen 4: 17.7 GOP/s without this, 34-40 with it;
         // Q4_K, read in order, lost a third with it).
-        if constexpr (T == GGMLType::Q6_K) {
+        if (T == GGMLType::Q6_K && g + 1 < a.K / 256) {
             const uint8_t* next = panel + (g + 1) * group_bytes;
             for (size_t o = 0; o < group_bytes; o += 64) __builtin_prefetch(next + o, 0, 1);
         }
