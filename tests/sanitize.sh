@@ -22,10 +22,13 @@ cmake -S "$REPO" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -Dpybind11_DIR="$(python3 -m pybind11 --cmakedir)" >/dev/null
 ninja -C "$BUILD" _core
 
-# A package directory of its own: the sources of python/localllm plus the sanitized _core.
+# A package directory of its own: the sources of python/localllm (subpackages such as
+# localllm.server included) plus the sanitized _core.
 PKG=$BUILD/python/localllm
+rm -rf "$PKG"
 mkdir -p "$PKG"
-find "$REPO/python/localllm" -maxdepth 1 -type f ! -name '_core*.so' -exec cp {} "$PKG/" \;
+(cd "$REPO/python/localllm" && find . -type f ! -name '_core*.so' ! -path '*/__pycache__/*' \
+    -exec cp --parents {} "$PKG/" \;)
 cp "$BUILD"/_core*.so "$PKG/"
 
 ASAN_RT=$(clang++ -print-file-name=libclang_rt.asan-x86_64.so)
