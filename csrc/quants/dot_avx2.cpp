@@ -39,8 +39,8 @@ inline __m256i unpack_nibbles_16(const uint8_t* p) {
 
 // A weight block's quants and scales. Signed quants keep |q| beside q: vpmaddubsw needs an
 // unsigned operand, and |q| is shared by all activation rows of a tile.
-struct WBlock { __m256i q, aq; float d, m; };
-inline WBlock signed_block(__m256i q, float d) { return {q, _mm256_sign_epi8(q, q), d, 0.0f}; }
+struct WBlock { __m256i q, aq; float d; };
+inline WBlock signed_block(__m256i q, float d) { return {q, _mm256_sign_epi8(q, q), d}; }
 
 // Sum of products of signed bytes, as 8 int32 lanes (pairs of 4 products): |w| x sign(y, w).
 inline __m256i dot_i8(const WBlock& w, __m256i y) {
@@ -48,8 +48,7 @@ inline __m256i dot_i8(const WBlock& w, __m256i y) {
     return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
 }
 
-
-// ---- legacy block steps: W = one weight block, X = one activation block ----------------------
+// ---- IQ4_NL block steps: W = one weight block, X = one Q8_0 activation block -----------------
 
 // 32 nibbles (element order) -> the signed grid values kvalues_iq4nl[nibble] (vpshufb looks up
 // within each 128-bit lane, so the 16-byte table sits in both).
@@ -60,22 +59,13 @@ inline __m256i iq4_grid(__m256i nibbles) {
 
 struct IQ4_NLStep {
     static constexpr int kW = sizeof(block_iq4_nl), kX = sizeof(block_q8_0);
-    static constexpr bool kMin = false;
     static WBlock load_w(const uint8_t* p) { return signed_block(iq4_grid(unpack_nibbles_16(p + 2)), h2f(load_u16(p))); }
     static __m256i dot(const WBlock& w, __m256i y) { return dot_i8(w, y); }   // |grid| <= 127
 };
 
-// Activation blocks: Q8_0 (d, qs) or Q8_1 (d, s, qs): the quants and s (the scales d of a
-// tile's blocks are converted together, act_scales).
-template <int kX>
-struct ActBlock {
-    __m256i q;
-    float s;
-    static ActBlock load(const uint8_t* p) {
-        constexpr int qs = kX == (int)sizeof(block_q8_1) ? 4 : 2;
-        return {_mm256_loadu_si256((const __m256i*)(p + qs)), qs == 4 ? h2f(load_u16(p + 2)) : 0.0f};
-    }
-};
+// The quants of a Q8_0 activation block (the scales d of a tile's blocks are converted
+// together, act_scales).
+inline __m256i act_quants(const uint8_t* p) { return _mm256_loadu_si256((const __m256i*)(p + 2)); }
 
 // The f16 scales of C activation blocks xs bytes apart, converted by one vcvtph2ps and broadcast.
 template <int C>
@@ -97,26 +87,23 @@ template <class S, int R, int C>
 struct LegacyTile {
     static void run(int64_t k, const uint8_t* w, size_t ws, const uint8_t* x, size_t xs, float* y, int64_t ldy) {
         __m256 acc[R][C];
-        float summ[R][C];   // sum of m_w * s_x (Q4_1 / Q5_1)
         for (int r = 0; r < R; ++r)
-            for (int c = 0; c < C; ++c) { acc[r][c] = _mm256_setzero_ps(); summ[r][c] = 0.0f; }
+            for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
         for (int64_t b = 0; b < k / 32; ++b) {
-            ActBlock<S::kX> xv[C];
+            __m256i xv[C];
             __m256 xd[C];
-            for (int c = 0; c < C; ++c) xv[c] = ActBlock<S::kX>::load(x + c * xs + b * S::kX);
+            for (int c = 0; c < C; ++c) xv[c] = act_quants(x + c * xs + b * S::kX);
             act_scales<C>(x + b * S::kX, xs, xd);
             for (int r = 0; r < R; ++r) {
                 prefetch_ahead<S::kW>(w + r * ws + b * S::kW);
                 const WBlock wv = S::load_w(w + r * ws + b * S::kW);
                 const __m256 wd = _mm256_set1_ps(wv.d);
-                for (int c = 0; c < C; ++c) {
-                    acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S::dot(wv, xv[c].q)), _mm256_mul_ps(wd, xd[c]), acc[r][c]);
-                    if constexpr (S::kMin) summ[r][c] += wv.m * xv[c].s;
-                }
+                for (int c = 0; c < C; ++c)
+                    acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S::dot(wv, xv[c])), _mm256_mul_ps(wd, xd[c]), acc[r][c]);
             }
         }
         for (int r = 0; r < R; ++r)
-            for (int c = 0; c < C; ++c) y[c * ldy + r] = S::kMin ? hsum8(acc[r][c]) + summ[r][c] : hsum8(acc[r][c]);
+            for (int c = 0; c < C; ++c) y[c * ldy + r] = hsum8(acc[r][c]);
     }
 };
 
