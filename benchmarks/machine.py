@@ -23,7 +23,13 @@ def localllm_isa() -> str:
     from localllm import _core
     names = {0: "scalar", 1: "AVX2", 2: "AVX-512 VNNI"}
     isa = names[_core.best_isa()]
-    return isa + " + AMX" if _core.amx_available() else isa
+    if _core.amx_available():
+        isa += " + AMX"
+    if _core.best_isa() == 1 and _core.build_target() == "avx512":
+        # Capped by LOCALLLM_ISA in an AVX-512 build: the AVX2 kernels were compiled with AVX-512's
+        # 32 registers, which an AVX2 CPU's own build (-march=native there) does not have.
+        isa += " (capped; compiled for AVX-512)"
+    return isa
 
 
 LLAMACPP_FEATURES = ("AVX2", "AVX512", "AVX512_VNNI", "AMX_INT8")

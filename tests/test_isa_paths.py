@@ -164,6 +164,21 @@ def test_isa_cap_is_honoured_and_checked() -> None:
     assert proc.returncode != 0 and "LOCALLLM_ISA='avx3' names no kernel level" in proc.stderr
 
 
+def test_build_target_names_what_the_compiler_targeted() -> None:
+    # A level the build was not compiled for cannot run; one it was compiled for runs on a CPU
+    # that has it, cap or none. (benchmarks/machine.py prints this beside capped AVX2 figures.)
+    target = _core.build_target()
+    assert target in ("avx512", "avx2", "baseline")
+    uncapped = run_python("from localllm import _core; print(_core.isa_available(1), _core.isa_available(2))",
+                          LOCALLLM_ISA="avx512").stdout.split()
+    if uncapped[1] == "True":
+        assert target == "avx512"
+    if target != "baseline":
+        assert uncapped[0] == "True"
+    else:
+        assert uncapped == ["False", "False"]
+
+
 def run_tests(level: str, files: list[str], selection: str | None = None) -> None:
     args = [str(REPO / "tests" / f) for f in files] + (["-k", selection] if selection else [])
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
