@@ -35,7 +35,7 @@ import sys
 import time
 from pathlib import Path
 
-from llamacpp_venv import DEFAULT_MODELS, ensure_venv, request_amx_permission
+from llamacpp_venv import DEFAULT_MODELS, ensure_venv
 from machine import describe, line as machine_line
 
 BLOCK = 16
@@ -88,7 +88,6 @@ def worker_localllm(path: str, threads: int, ns: list[int], n_prompt: int, n_gen
 def worker_llamacpp(path: str, threads: int, ns: list[int], n_prompt: int, n_gen: int) -> list[dict]:
     import ctypes
     import numpy as np
-    request_amx_permission()
     import llama_cpp as L
 
     L.llama_backend_init()

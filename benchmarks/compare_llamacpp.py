@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from llamacpp_venv import DEFAULT_MODELS, ensure_venv, request_amx_permission
+from llamacpp_venv import DEFAULT_MODELS, ensure_venv
 from machine import describe, line as machine_line
 
 # ---- workers: run inside a fresh process, print one JSON line ----
@@ -45,7 +45,6 @@ def _rand_tokens(n: int, n_vocab: int, seed: int) -> list[int]:
 def worker_llamacpp(path: str, threads: int, n_prompt: int, n_gen: int) -> dict:
     """llama.cpp through llama-cpp-python's C API (no Python-side logits copies)."""
     import ctypes
-    request_amx_permission()
     import llama_cpp as L
     t0 = time.perf_counter()
     L.llama_backend_init()

@@ -2,7 +2,7 @@
 """One matrix multiplication per weight type, localllm's CPU kernels against llama.cpp's, in one run.
 
 llama.cpp side: its own `test-backend-ops perf -o MUL_MAT`, compiled from the llama.cpp source of
-the release the other benchmarks use (llamaserver_build.py fetches it) and linked against the
+the release the other benchmarks use (llamacpp_source.py fetches it) and linked against the
 bench venv's libggml (llamacpp_venv.py), so it runs the very kernels llama-cpp-python runs
 (tinyBLAS / repacked GEMMs as llama.cpp picks them). Its perf cases have a weight of 4096 x 14336
 and 512 activation rows; test-backend-ops gives the CPU backend half the hardware threads.
@@ -31,7 +31,7 @@ from localllm import _core  # noqa: E402
 
 import machine  # noqa: E402
 from llamacpp_venv import ensure_venv  # noqa: E402
-from llamaserver_build import ROOT, _llama_cpp_source  # noqa: E402
+from llamacpp_source import ROOT, llama_cpp_source  # noqa: E402
 
 N, K, M = 4096, 14336, 512
 GGML_IDS = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8,
@@ -43,7 +43,7 @@ def test_backend_ops() -> Path:
     exe = ROOT / "test-backend-ops"
     if exe.exists():
         return exe
-    src = _llama_cpp_source()
+    src = llama_cpp_source()
     py = ensure_venv()
     lib = Path(subprocess.check_output([str(py), "-c", "import llama_cpp, os; "
                                         "print(os.path.join(os.path.dirname(llama_cpp.__file__), 'lib'))"],

@@ -1,5 +1,5 @@
 """The llama.cpp every benchmark compares against: llama-cpp-python (which builds llama.cpp from
-source) in one cache venv, built once; shared by compare_llamacpp.py, batched.py and the
+source; llamacpp_source.py unpacks it and fixes its AMX path) in one cache venv, built once; shared by compare_llamacpp.py, batched.py and the
 converter benchmarks (convert_common.py)."""
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from llamacpp_source import LLAMA_CPP_PYTHON, SOURCE_TAG, package_source
+
 VENV = Path(os.environ.get("LOCALLLM_BENCH_VENV", Path.home() / ".cache" / "localllm" / "bench-venv"))
-LLAMA_CPP_PYTHON = "llama-cpp-python==0.3.36"
 DEFAULT_MODELS = ["smollm2-135m-q4_1", "gemma3-270m-q4_k_m", "qwen2.5-coder-0.5b-q4_k_m"]
 
 
@@ -27,31 +28,16 @@ def ensure_venv() -> Path:
     stamp = VENV / "localllm-cmake-args.txt"
     probe = subprocess.run([str(py), "-c", "import llama_cpp"], capture_output=True) if py.exists() else None
     built_as = stamp.read_text() if stamp.exists() else None
-    if probe is None or probe.returncode != 0 or built_as != CMAKE_ARGS:
+    wanted = f"{SOURCE_TAG} {CMAKE_ARGS}"
+    if probe is None or probe.returncode != 0 or built_as != wanted:
         print(f"building {LLAMA_CPP_PYTHON} into {VENV} with CMAKE_ARGS={CMAKE_ARGS} "
               f"(compiles llama.cpp; several minutes)", file=sys.stderr)
         subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
         subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-cache-dir", "--force-reinstall",
-                        "--no-binary", "llama-cpp-python", LLAMA_CPP_PYTHON],
+                        str(package_source())],
                        check=True, env=dict(os.environ, CMAKE_ARGS=CMAKE_ARGS))
-        stamp.write_text(CMAKE_ARGS)
+        stamp.write_text(wanted)
     return py
-
-
-def request_amx_permission() -> bool:
-    """Asks Linux for the AMX tile state before llama.cpp loads (call it in every llama.cpp worker).
-
-    A native llama.cpp on an AMX machine died with SIGILL here: Linux hands a process the AMX tile
-    data only after arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA), and llama.cpp makes that
-    call only when it creates its AMX buffer type, so a tile instruction on any other path faults.
-    Asking first is what every AMX program does; where AMX is absent the call fails harmlessly.
-    Returns whether the permission was granted."""
-    import ctypes
-    if sys.platform != "linux" or os.uname().machine != "x86_64":
-        return False
-    libc = ctypes.CDLL(None, use_errno=True)
-    sys_arch_prctl, arch_req_xcomp_perm, xfeature_xtiledata = 158, 0x1023, 18
-    return libc.syscall(sys_arch_prctl, arch_req_xcomp_perm, xfeature_xtiledata) == 0
 
 
 def llamacpp_system_info() -> str:

@@ -38,7 +38,7 @@ LLAMACPP_FEATURES = ("AVX2", "AVX512", "AVX512_VNNI", "AMX_INT8")
 def llamacpp_isa(venv_python: str) -> str:
     """The features llama.cpp's own system info reports as on (=1), from a venv process that first
     asks for the AMX tile permission as the benchmark workers do."""
-    code = ("import llamacpp_venv as v; v.request_amx_permission(); print(v.llamacpp_system_info())")
+    code = ("import llamacpp_venv as v; print(v.llamacpp_system_info())")
     import os
     here = os.path.dirname(os.path.abspath(__file__))
     proc = subprocess.run([venv_python, "-c", code], capture_output=True, text=True, cwd=here,

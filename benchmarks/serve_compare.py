@@ -69,8 +69,7 @@ def start_llama_server(binary: Path, model: Path, port: int, slots: int, ctx: in
                        log) -> subprocess.Popen:
     cmd = [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-np", str(slots),
            "-c", str(slots * ctx), "-t", str(threads), "-tb", str(threads)]
-    return subprocess.Popen(cmd, stdout=log,
-                            stderr=subprocess.STDOUT)
+    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
 
 
 def main() -> None:
