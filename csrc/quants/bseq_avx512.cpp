@@ -540,11 +540,12 @@ void matmul_avx512(GGMLType t, const uint8_t* W, size_t ws, int64_t N, int64_t n
     }
     thread_local PanelBuffer buf, buf_pair;
     const Panel P = buf.get(nu);
-    // The pair kernels serve every type where AMX does not take the rows.
-    const bool pairs = !use_amx;
-    const Panel P1 = pairs ? buf_pair.get(nu) : P;
     for (int64_t mb = 0; mb < a.M; mb += kActBlock) {
         const int64_t me = std::min(a.M, mb + kActBlock);
+        // The pair kernels serve every block that AMX does not take (amx_pays).
+        const bool amx = use_amx && amx_pays(t, me - mb);
+        const bool pairs = !amx;
+        const Panel P1 = pairs ? buf_pair.get(nu) : P;
         for (int64_t p = n0; p < n1;) {
             if (pairs && p + kPanel < n1) {
                 PanelSink s0{P}, s1{P1};
@@ -565,7 +566,7 @@ void matmul_avx512(GGMLType t, const uint8_t* W, size_t ws, int64_t N, int64_t n
             const int nvalid = (int)std::min<int64_t>(kPanel, N - p);
             PanelSink sink{P};
             const int offset = signed_offset(t);
-            if (use_amx && offset && me - mb >= 16) {      // amx_rows reads P.qs
+            if (amx && offset && me - mb >= 16) {      // amx_rows reads P.qs
                 sink.to_signed = true;
                 sink.to_unsigned = (me - mb) % 16 != 0;
                 sink.offset = _mm512_set1_epi8((char)offset);
@@ -573,7 +574,7 @@ void matmul_avx512(GGMLType t, const uint8_t* W, size_t ws, int64_t N, int64_t n
             pack_at(t, W, ws, N, nu, p, repacked, sink);
             const __mmask16 lanes = (__mmask16)((1u << nvalid) - 1);
             int64_t m = mb;
-            if (use_amx && me - m >= 16) m = amx_rows(t, P, nu, a, m, me, Y + p, ldy, lanes);
+            if (amx) m = amx_rows(t, P, nu, a, m, me, Y + p, ldy, lanes);
             for (; m + 4 <= me; m += 4) run_rows<4>(t, P, nu, a, m, Y + p, ldy, lanes);
             switch (me - m) {
                 case 3: run_rows<3>(t, P, nu, a, m, Y + p, ldy, lanes); break;

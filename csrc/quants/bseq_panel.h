@@ -58,6 +58,9 @@ private:
     size_t cap_ = 0;
 };
 
+// Whether AMX beats the VNNI pair kernels on a block of `rows` activation rows of type t.
+bool amx_pays(GGMLType t, int64_t rows);
+
 // AMX: activation rows [m, me) in multiples of 16 against one packed panel (for Q4_0 / Q5_0 /
 // Q8_0 its signed quants P.qs); returns the first row not done (m itself when AMX is not
 // compiled in or not available).
