@@ -6,7 +6,7 @@
 // 8 x 64-byte B tile), giving the 16 x 16 exact unit sums at once, bias terms already subtracted.
 // The float fold then runs with the same instructions, in the same order, as the VNNI kernels of
 // bseq_avx512.cpp, so both paths give bit-identical results and which one runs (AMX for blocks of
-// 64 and 16 rows where amx_pays, VNNI for the rest) never shows in the output.
+// 64 and 16 rows where amx_pays: today Q8_0 only; VNNI for the rest) never shows in the output.
 #include "bseq_panel.h"
 #include "dot_impl.h"
 
@@ -181,12 +181,15 @@ bool amx_available() {
     return ok;
 }
 
-// Measured on a 2-core Sapphire Rapids class VM (stop 33, 4864 x 1024 weights, GOP/s per type at
-// 16 / 64 / 512 rows): the VNNI pair kernels, which read two panels per pass, beat these tile
-// kernels by 20-60% on Q4_1, Q5_1 and the K-quants at every row count, and by 10-15% on the
-// signed types at 16 rows; Q4_0 / Q5_0 / Q8_0 at 64 rows and more tie or gain (Q8_0 +5-10% at 512).
+// Measured on a 2-core Sapphire Rapids class VM (stop 33). Per matrix (4864 x 1024 weights, GOP/s
+// at 16 / 64 / 512 rows) the VNNI pair kernels, which read two panels per pass, beat the tile
+// kernels by 20-60% on Q4_1, Q5_1 and the K-quants at every row count and by 10-15% on the signed
+// types at 16 rows; Q4_0 / Q5_0 / Q8_0 at 64 rows and more tie or gain alone. Whole prompts
+// disagree for Q5_0: Qwen2.5's pp512, mostly Q5_0, ran 4.5% slower with its Q5_0 on tiles (861
+// against 900 t/s, four alternations). So AMX keeps only Q8_0 blocks of 64 rows and more
+// (+5-10% at 512 rows alone); the rest runs the VNNI kernels, bit for bit the same results.
 bool amx_pays(GGMLType t, int64_t rows) {
-    return signed_offset(t) != 0 && rows >= 64;
+    return t == GGMLType::Q8_0 && rows >= 64;
 }
 
 int64_t amx_rows(GGMLType t, const Panel& P, int64_t nu, const ActPack& a, int64_t m, int64_t me,
