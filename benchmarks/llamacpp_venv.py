@@ -1,6 +1,6 @@
 """The llama.cpp every benchmark compares against: llama-cpp-python (which builds llama.cpp from
-source; llamacpp_source.py unpacks it and fixes its AMX path) in one cache venv, built once; shared by compare_llamacpp.py, batched.py and the
-converter benchmarks (convert_common.py)."""
+source; llamacpp_source.py unpacks it and fixes its AMX path) in one cache venv, built once;
+shared by compare_llamacpp.py, batched.py and the converter benchmarks (convert_common.py)."""
 from __future__ import annotations
 
 import os

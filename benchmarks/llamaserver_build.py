@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Builds llama.cpp's own `llama-server` from the llama.cpp source that llama-cpp-python 0.3.36's
 sdist vendors (llamacpp_source.py, with its AMX fix): the same llama.cpp the CPU benchmarks compare
-against (llamacpp_venv.py), with the same flags (native by default, AMX included where the CPU has it). Built once into
-~/.cache/localllm/llama-server/ (LOCALLLM_LLAMA_SERVER_DIR elsewhere), again when the flags change.
+against (llamacpp_venv.py), with the same flags (native by default, AMX included where the CPU has
+it). Built once into ~/.cache/localllm/llama-server/ (LOCALLLM_LLAMA_SERVER_DIR elsewhere), again
+when the flags change.
 
     python benchmarks/llamaserver_build.py          # prints the binary's path
 """

@@ -36,8 +36,7 @@ LLAMACPP_FEATURES = ("AVX2", "AVX512", "AVX512_VNNI", "AMX_INT8")
 
 
 def llamacpp_isa(venv_python: str) -> str:
-    """The features llama.cpp's own system info reports as on (=1), from a venv process that first
-    asks for the AMX tile permission as the benchmark workers do."""
+    """The features llama.cpp's own system info reports as on (=1), from a venv process."""
     code = ("import llamacpp_venv as v; print(v.llamacpp_system_info())")
     import os
     here = os.path.dirname(os.path.abspath(__file__))

@@ -565,11 +565,10 @@ void matmul_avx512(GGMLType t, const uint8_t* W, size_t ws, int64_t N, int64_t n
             }
             const int nvalid = (int)std::min<int64_t>(kPanel, N - p);
             PanelSink sink{P};
-            const int offset = signed_offset(t);
-            if (amx && offset && me - mb >= 16) {      // amx_rows reads P.qs
+            if (amx) {      // amx_rows reads P.qs; VNNI takes rows past the last 16
                 sink.to_signed = true;
                 sink.to_unsigned = (me - mb) % 16 != 0;
-                sink.offset = _mm512_set1_epi8((char)offset);
+                sink.offset = _mm512_set1_epi8((char)signed_offset(t));
             }
             pack_at(t, W, ws, N, nu, p, repacked, sink);
             const __mmask16 lanes = (__mmask16)((1u << nvalid) - 1);

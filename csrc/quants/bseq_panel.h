@@ -61,9 +61,9 @@ private:
 // Whether AMX beats the VNNI pair kernels on a block of `rows` activation rows of type t.
 bool amx_pays(GGMLType t, int64_t rows);
 
-// AMX: activation rows [m, me) in multiples of 16 against one packed panel (for Q4_0 / Q5_0 /
-// Q8_0 its signed quants P.qs); returns the first row not done (m itself when AMX is not
-// compiled in or not available).
+// AMX: activation rows [m, me) in multiples of 16 against one packed panel's signed quants P.qs
+// (Q4_0 / Q5_0 / Q8_0; callers ask amx_pays first); returns the first row not done (m itself
+// when AMX is not compiled in or not available).
 int64_t amx_rows(GGMLType t, const Panel& P, int64_t nu, const ActPack& a, int64_t m, int64_t me,
                  float* y, int64_t ldy, uint16_t lanes);
 
