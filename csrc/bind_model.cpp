@@ -2,10 +2,12 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 #include "footprint.h"
 #include "model.h"
+#include "sampling.h"
 #include "weights.h"
 
 namespace py = pybind11;
@@ -108,6 +110,45 @@ static py::array_t<float> forward(Model& m, I32 tokens, I32 positions, I32 seq_o
         m.forward(b, out);
     }
     return logits;
+}
+
+// Model.sample_rows: one draw per row on the model's threads (see lll::sample_rows); the
+// engine's step samples all its sequences with one call instead of one call (and one GIL
+// hand-over) per sequence.
+static py::tuple sample_rows_py(Model& m, const std::vector<Sampler*>& samplers,
+                                const py::array_t<float, py::array::c_style | py::array::forcecast>& logits,
+                                const std::vector<int64_t>& rows, bool accept) {
+    const int n = static_cast<int>(samplers.size());
+    if (rows.size() != samplers.size())
+        throw std::invalid_argument("sample_rows: " + std::to_string(rows.size()) + " rows for " +
+                                    std::to_string(n) + " samplers");
+    if (logits.ndim() != 2) throw std::invalid_argument("sample_rows: logits must be 2-D [n_rows, n_vocab]");
+    const int64_t n_vocab = logits.shape(1);
+    std::vector<Sampler*> seen(samplers);
+    std::sort(seen.begin(), seen.end());
+    if (std::adjacent_find(seen.begin(), seen.end()) != seen.end())
+        throw std::invalid_argument("sample_rows: a sampler appears twice (one sampler per row)");
+    for (int i = 0; i < n; ++i) {
+        if (samplers[i] == nullptr) throw std::invalid_argument("sample_rows: sampler " + std::to_string(i) + " is None");
+        if (samplers[i]->n_vocab() != n_vocab)
+            throw std::invalid_argument("sample_rows: sampler " + std::to_string(i) + " has n_vocab=" +
+                                        std::to_string(samplers[i]->n_vocab()) + ", the logits " +
+                                        std::to_string(n_vocab));
+        if (rows[i] < 0 || rows[i] >= logits.shape(0))
+            throw std::invalid_argument("sample_rows: row " + std::to_string(rows[i]) + " out of range [0, " +
+                                        std::to_string(logits.shape(0)) + ")");
+    }
+    std::vector<int> tokens(n);
+    std::vector<std::string> errors(n);
+    {
+        ModelInUse guard(m, "sample_rows");
+        py::gil_scoped_release release;
+        sample_rows(m.pool(), samplers.data(), logits.data(), n_vocab, rows.data(), n, accept, tokens.data(),
+                    errors.data());
+    }
+    py::list errs;
+    for (const std::string& e : errors) errs.append(e.empty() ? py::object(py::none()) : py::object(py::str(e)));
+    return py::make_tuple(tokens, errs);
 }
 
 static Numerics parse_numerics(const std::string& numerics) {
@@ -217,6 +258,11 @@ void register_model(py::module_& m) {
              py::arg("block_tables"), py::arg("output_rows"), py::arg("out") = py::none(),
              "Run one batch; returns float32 logits [len(output_rows), n_vocab] (written into `out` "
              "when given, a C-contiguous float32 array of that shape).")
+        .def("sample_rows", &sample_rows_py, py::arg("samplers"), py::arg("logits"), py::arg("rows"),
+             py::arg("accept") = true,
+             "Draw the next token of each row: samplers[i] samples logits[rows[i]] (then accepts it), "
+             "on the model's threads. Returns (tokens, errors): errors[i] is None, or the message of "
+             "the failure of row i, whose token is then -1.")
         .def_property_readonly("allocated", &allocated_dict,
              "Bytes the backends allocated: {device: {'weights', 'kv', 'scratch'}} (the planner's terms).")
         .def_property_readonly("layer_devices", [](const Model& self) {

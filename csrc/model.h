@@ -158,6 +158,8 @@ public:
     Backend& layer_backend(int il) const { return *layer_backend_[il]; }
     Backend& backend_at(Placement p) const;
     Backend& output_backend() const { return *output_backend_; }
+    // The CPU threads the forward runs on (also lent to sample_rows between forwards).
+    ThreadPool& pool() { return *pool_; }
     // The backends in use, the CPU first.
     std::vector<Backend*> backends() const;
 

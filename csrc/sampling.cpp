@@ -328,7 +328,7 @@ int Sampler::sample(const float* logits) {
     return token;
 }
 
-// The chain's steps before truncation: work_ = biased logits (logprob stats), then penalties.
+// The chain's steps before truncation: row_ = biased logits (logprob stats), then penalties.
 void Sampler::prepare_row(const float* logits) {
     load_biased_logits(logits);
     if (params_.n_logprobs >= 0) compute_logprob_stats();
@@ -337,7 +337,7 @@ void Sampler::prepare_row(const float* logits) {
 
 void Sampler::finish_logprob(int token) {
     if (params_.n_logprobs < 0) return;
-    float biased = work_[static_cast<size_t>(token)];
+    float biased = row_[static_cast<size_t>(token)];
     for (const auto& [id, value] : pre_penalty_)
         if (id == token) biased = value;
     last_logprob_ = biased - logsumexp_;
@@ -366,7 +366,7 @@ void Sampler::build_distribution(std::vector<std::pair<int, double>>& out) {
         const size_t n = work_.size();
         weights_.resize(n);
         block_sums_.resize((n + kSumBlock - 1) / kSumBlock);
-        const double total = sum_exp<true>(work_.data(), n, work_max_, inv_temp, weights_.data(), block_sums_.data());
+        const double total = sum_exp<true>(row_, n, work_max_, inv_temp, weights_.data(), block_sums_.data());
         for (size_t i = 0; i < n; ++i)
             if (weights_[i] > 0.0f) out.push_back({static_cast<int>(i), weights_[i] / total});
         return;
@@ -443,9 +443,7 @@ int Sampler::draw_residual(const std::vector<std::pair<int, float>>& q, int draf
 // at the raw maximum, a bias that makes a value non-finite.
 bool Sampler::greedy_without_copy(const float* logits, int* token) const {
     const SamplingParams& p = params_;
-    const bool penalties = p.penalty_last_n != 0 && !token_counts_.empty() &&
-                           (p.repeat_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f);
-    if (p.temperature > 0.0f || p.n_logprobs >= 0 || penalties || p.logit_bias.size() > 64) return false;
+    if (p.temperature > 0.0f || p.n_logprobs >= 0 || penalties_active() || p.logit_bias.size() > 64) return false;
     const size_t n = work_.size();
     bool has_nan = false;
     const float m = max_value(logits, n, &has_nan);
@@ -465,12 +463,19 @@ bool Sampler::greedy_without_copy(const float* logits, int* token) const {
     return true;
 }
 
-// work_ = logits + logit_bias; rejects NaN / +inf and rows where every token is at -inf.
+// row_ = logits + logit_bias; rejects NaN / +inf and rows where every token is at -inf. The
+// copy into work_ is made only when a bias or a penalty will change the row: copying 262,144
+// logits was a fifth of a default (top-k 40) draw.
 void Sampler::load_biased_logits(const float* logits) {
-    std::memcpy(work_.data(), logits, work_.size() * sizeof(float));
-    for (const auto& [token, bias] : params_.logit_bias) work_[static_cast<size_t>(token)] += bias;
+    if (params_.logit_bias.empty() && !penalties_active()) {
+        row_ = logits;
+    } else {
+        std::memcpy(work_.data(), logits, work_.size() * sizeof(float));
+        for (const auto& [token, bias] : params_.logit_bias) work_[static_cast<size_t>(token)] += bias;
+        row_ = work_.data();
+    }
     bool has_nan = false;
-    work_max_ = max_value(work_.data(), work_.size(), &has_nan);
+    work_max_ = max_value(row_, work_.size(), &has_nan);
     if (has_nan) throw std::runtime_error("Sampler.sample: logits contain NaN");
     if (work_max_ == kInf) throw std::runtime_error("Sampler.sample: logits contain +inf");
     if (work_max_ == -kInf)
@@ -479,12 +484,19 @@ void Sampler::load_biased_logits(const float* logits) {
 
 // log-sum-exp of the biased logits, and the n_logprobs best tokens with their logprobs.
 void Sampler::compute_logprob_stats() {
-    const double total = sum_exp<false>(work_.data(), work_.size(), work_max_, 1.0f, nullptr, nullptr);
+    const double total = sum_exp<false>(row_, work_.size(), work_max_, 1.0f, nullptr, nullptr);
     logsumexp_ = work_max_ + static_cast<float>(std::log(total));
     last_top_.clear();
     if (params_.n_logprobs == 0) return;
-    select_top_k(work_.data(), work_.size(), static_cast<size_t>(params_.n_logprobs), candidates_);
+    select_top_k(row_, work_.size(), static_cast<size_t>(params_.n_logprobs), candidates_);
     for (const Candidate& c : candidates_) last_top_.push_back({c.token, c.logit - logsumexp_});
+}
+
+// Whether a penalty changes some logit of the next row (some history and a non-neutral setting).
+bool Sampler::penalties_active() const {
+    const SamplingParams& p = params_;
+    return p.penalty_last_n != 0 && !token_counts_.empty() &&
+           (p.repeat_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f);
 }
 
 // Repeat penalty (divide positive / multiply non-positive logits), then frequency and presence
@@ -492,16 +504,14 @@ void Sampler::compute_logprob_stats() {
 void Sampler::apply_penalties() {
     pre_penalty_.clear();
     const SamplingParams& p = params_;
-    if (p.penalty_last_n == 0 || token_counts_.empty() ||
-        (p.repeat_penalty == 1.0f && p.frequency_penalty == 0.0f && p.presence_penalty == 0.0f))
-        return;
+    if (!penalties_active()) return;
     for (const auto& [token, count] : token_counts_) {
         float& logit = work_[static_cast<size_t>(token)];
         pre_penalty_.push_back({token, logit});
         logit = logit <= 0.0f ? logit * p.repeat_penalty : logit / p.repeat_penalty;
         logit -= static_cast<float>(count) * p.frequency_penalty + p.presence_penalty;
     }
-    work_max_ = max_value(work_.data(), work_.size(), nullptr);
+    work_max_ = max_value(row_, work_.size(), nullptr);
     if (work_max_ == -kInf)
         throw std::runtime_error("Sampler.sample: every token has logit -inf after penalties");
 }
@@ -509,7 +519,7 @@ void Sampler::apply_penalties() {
 // First index of the maximum (ties -> lowest id).
 int Sampler::sample_greedy() const {
     size_t i = 0;
-    while (work_[i] != work_max_) ++i;
+    while (row_[i] != work_max_) ++i;
     return static_cast<int>(i);
 }
 
@@ -521,7 +531,7 @@ void Sampler::select_candidates() {
     const bool use_top_k = p.top_k > 0 && static_cast<size_t>(p.top_k) < n;
     candidates_.clear();
     if (use_top_k) {
-        select_top_k(work_.data(), n, static_cast<size_t>(p.top_k), candidates_);
+        select_top_k(row_, n, static_cast<size_t>(p.top_k), candidates_);
         if (p.top_p < 1.0f || p.min_p > 0.0f) {
             double total = 0.0;  // top-p renormalizes over the top-k survivors, as llama.cpp
             for (const Candidate& c : candidates_) total += exp_fast(c.logit - work_max_);
@@ -533,12 +543,12 @@ void Sampler::select_candidates() {
         // min-p first: its survivors (usually few) are found by a cheap threshold scan, and
         // top-p followed by min-p keeps a prefix of them (both keep prefixes of the sorted row).
         const float min_logit = work_max_ + std::log(p.min_p);  // p_i >= min_p * p_max
-        for_each_at_least(work_.data(), n, min_logit,
-                          [&](size_t i) { candidates_.push_back({work_[i], static_cast<int>(i)}); });
+        for_each_at_least(row_, n, min_logit,
+                          [&](size_t i) { candidates_.push_back({row_[i], static_cast<int>(i)}); });
         if (p.top_p >= 1.0f) return;
         if (candidates_.size() <= kSortableCandidates) {
             std::sort(candidates_.begin(), candidates_.end(), ranks_before);
-            const double total = sum_exp<false>(work_.data(), n, work_max_, 1.0f, nullptr, nullptr);
+            const double total = sum_exp<false>(row_, n, work_max_, 1.0f, nullptr, nullptr);
             truncate_sorted_candidates(total, work_max_);
             return;
         }
@@ -558,7 +568,7 @@ void Sampler::select_nucleus_full_vocab() {
     const size_t n = work_.size();
     weights_.resize(n);
     block_sums_.resize((n + kSumBlock - 1) / kSumBlock);
-    const double total = sum_exp<true>(work_.data(), n, work_max_, 1.0f, weights_.data(), block_sums_.data());
+    const double total = sum_exp<true>(row_, n, work_max_, 1.0f, weights_.data(), block_sums_.data());
     auto key_of = [](float w) {
         int32_t bits;
         std::memcpy(&bits, &w, sizeof(bits));
@@ -591,7 +601,7 @@ void Sampler::select_nucleus_full_vocab() {
     const float min_logit = params_.min_p > 0.0f ? work_max_ + std::log(params_.min_p) : -kInf;
     boundary_.clear();
     for_each_at_least(weights_.data(), n, boundary_low, [&](size_t t) {
-        const Candidate c{work_[t], static_cast<int>(t)};
+        const Candidate c{row_[t], static_cast<int>(t)};
         if (key_of(weights_[t]) > boundary) {
             if (c.logit >= min_logit) candidates_.push_back(c);
         } else {
@@ -656,7 +666,7 @@ int Sampler::draw_from_full_vocab() {
     const float inv_temp = 1.0f / params_.temperature;
     weights_.resize(n);
     block_sums_.resize((n + kSumBlock - 1) / kSumBlock);
-    const double total = sum_exp<true>(work_.data(), n, work_max_, inv_temp, weights_.data(), block_sums_.data());
+    const double total = sum_exp<true>(row_, n, work_max_, inv_temp, weights_.data(), block_sums_.data());
     const double target = std::generate_canonical<double, 53>(rng_) * total;
     // Skip whole blocks first, then walk inside the block that holds the target.
     double cumulative = 0.0;
@@ -675,6 +685,21 @@ int Sampler::draw_from_full_vocab() {
     size_t i = n - 1;
     while (weights_[i] <= 0.0f) --i;
     return static_cast<int>(i);
+}
+
+void sample_rows(ThreadPool& pool, Sampler* const* samplers, const float* logits, int64_t n_vocab,
+                 const int64_t* rows, int n, bool accept, int* tokens, std::string* errors) {
+    pool.run([&](int ith, int nth) {
+        for (int i = ith; i < n; i += nth) {
+            try {
+                tokens[i] = samplers[i]->sample(logits + rows[i] * n_vocab);
+                if (accept) samplers[i]->accept(tokens[i]);
+            } catch (const std::exception& e) {
+                tokens[i] = -1;
+                errors[i] = e.what();
+            }
+        }
+    });
 }
 
 }  // namespace lll

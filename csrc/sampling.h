@@ -13,9 +13,12 @@
 #include <stdint.h>
 #include <atomic>
 #include <random>
+#include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
+
+#include "threadpool.h"
 
 namespace lll {
 
@@ -94,6 +97,7 @@ private:
     void finish_logprob(int token);
     void load_biased_logits(const float* logits);
     void compute_logprob_stats();
+    bool penalties_active() const;
     void apply_penalties();
     int sample_greedy() const;
     void select_candidates();
@@ -112,8 +116,10 @@ private:
     size_t history_start_ = 0;
     std::unordered_map<int, int> token_counts_;
 
-    std::vector<float> work_;            // [n_vocab] logits after bias (then penalties)
-    float work_max_ = 0.0f;              // max of work_
+    std::vector<float> work_;            // [n_vocab] logits after bias (then penalties), when any
+    const float* row_ = nullptr;         // [n_vocab] the row the chain reads during a call: work_,
+                                         // or the caller's logits when nothing changes them
+    float work_max_ = 0.0f;              // max of row_
     std::vector<float> weights_;         // [n_vocab] scratch: exp((x - max) / T)
     std::vector<float> block_sums_;      // scratch: sums of weights_ per block
     std::vector<float> bucket_mass_;     // scratch: top-p histogram of weights
@@ -127,5 +133,13 @@ private:
     float last_logprob_ = 0.0f;
     std::vector<TokenLogprob> last_top_;
 };
+
+// One draw per row, on the pool's threads: tokens[i] = samplers[i]->sample(logits + rows[i] *
+// n_vocab), then accept()ed when `accept`. Rows are dealt to threads in turn; each sampler sits
+// on one thread and reads only its own row, so a token does not depend on the split. A row whose
+// sampler throws gets tokens[i] = -1 and the message in errors[i]; the other rows are drawn as if
+// it were not there. The samplers must be distinct.
+void sample_rows(ThreadPool& pool, Sampler* const* samplers, const float* logits, int64_t n_vocab,
+                 const int64_t* rows, int n, bool accept, int* tokens, std::string* errors);
 
 }  // namespace lll

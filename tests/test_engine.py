@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import threading
 
+import numpy as np
 import pytest
 
 from conftest import greedy_rows, model_file
@@ -222,3 +223,37 @@ def test_a_failing_request_does_not_stop_the_others(tokenizer):
     assert eng.next_output(bad) is None
     assert sum(len(o.token_ids) for o in eng.outputs(good)) == 6
     assert eng.pool.num_used == 0 and eng.stats.finished == 2
+
+
+def test_sample_rows_draws_what_each_sampler_draws_alone(tokenizer):
+    """Model.sample_rows (the engine's one call per step) against each sampler run alone on its
+    row: same tokens, same penalty history; a failing row gets its error and leaves the others'
+    draws as they would be without it; misuse raises instead of racing."""
+    model = _core.Model(str(model_file(KEY)), 2, 8, 16)
+    n_vocab = model.hparams["n_vocab"]
+    rng = np.random.default_rng(7)
+    logits = (rng.standard_normal((6, n_vocab)) * 4).astype(np.float32)
+    logits[4, 0] = np.nan                                     # row 4 fails
+    settings = [dict(temperature=0.0), dict(temperature=0.8), dict(temperature=1.0, top_k=0, top_p=0.9),
+                dict(temperature=0.7, min_p=0.1, repeat_penalty=1.3), dict(temperature=0.8),
+                dict(temperature=0.9, logit_bias={5: 10.0})]
+    make = lambda: [_core.Sampler(n_vocab=n_vocab, seed=100 + i, n_logprobs=-1, **kw) for i, kw in enumerate(settings)]
+    batched, alone = make(), make()
+    rows = [5, 1, 2, 3, 4, 0]                                 # sampler i reads logits[rows[i]]
+    for step in range(4):
+        tokens, errors = model.sample_rows(batched, logits, rows)
+        for i, s in enumerate(alone):
+            if rows[i] == 4:
+                assert tokens[i] == -1 and "NaN" in errors[i]
+                continue
+            expected = s.sample(logits[rows[i]])
+            s.accept(expected)
+            assert (tokens[i], errors[i]) == (expected, None), (step, i)
+        logits = np.roll(logits, 17, axis=1)
+        logits[4, :] = np.nan
+    with pytest.raises(ValueError, match="twice"):
+        model.sample_rows([batched[0], batched[0]], logits, [0, 1])
+    with pytest.raises(ValueError, match="out of range"):
+        model.sample_rows(batched[:1], logits, [6])
+    with pytest.raises(ValueError, match="n_vocab"):
+        model.sample_rows([_core.Sampler(n_vocab=10)], logits, [0])

@@ -1,5 +1,5 @@
 """Type stub of the native extension `localllm._core` (C++: csrc/bind_*.cpp)."""
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -63,6 +63,8 @@ class Model:
                 block_tables: npt.ArrayLike, output_rows: npt.ArrayLike,
                 out: npt.NDArray[np.float32] | None = None) -> npt.NDArray[np.float32]: ...
     def copy_block(self, src: int, dst: int) -> None: ...
+    def sample_rows(self, samplers: Sequence[Sampler], logits: npt.NDArray[np.float32], rows: Sequence[int],
+                    accept: bool = True) -> tuple[list[int], list[str | None]]: ...
 
 class Sampler:
     def __init__(self, *, n_vocab: int, temperature: float = 0.8, top_k: int = 40, top_p: float = 0.95,

@@ -451,20 +451,40 @@ class Engine:
             self.scheduler.commit(schedule)
             self._count(schedule, len(tokens))
             self._prefill_drafts(schedule)
-            first = 0
+            first, plain = 0, []          # plain: (sequence, logits row) of chunks drawing one token
             for c in schedule.chunks:
                 if not c.wants_logits:
                     continue
                 seq, n_rows = c.seq, 1 + c.n_draft
-                try:
-                    if c.n_draft:
-                        self._on_draft_logits(seq, logits[first:first + n_rows], seq.draft[:c.n_draft])
-                    else:
-                        self._on_logits(seq, logits[first])
-                except Exception as e:     # e.g. NaN logits: this request fails, the others go on
-                    self._finish(seq, "error", RequestOutput(seq.seq_id, [], "", error=e), flush=False)
+                if c.n_draft:
+                    self._guarded(seq, self._on_draft_logits, seq, logits[first:first + n_rows],
+                                  seq.draft[:c.n_draft])
+                else:
+                    plain.append((seq, first))
                 first += n_rows
+            self._sample_rows(plain, logits)
             return True
+
+    def _guarded(self, seq: Sequence, fn, *args) -> None:
+        """fn(*args); an exception (e.g. NaN logits) fails this request only, the others go on."""
+        try:
+            fn(*args)
+        except Exception as e:
+            self._finish(seq, "error", RequestOutput(seq.seq_id, [], "", error=e), flush=False)
+
+    def _sample_rows(self, plain: list[tuple[Sequence, int]], logits: np.ndarray) -> None:
+        """Draw (and accept) the next token of every plain row in one call on the model's threads
+        (one GIL hand-over per step instead of one per sequence; a 262k-vocabulary draw takes
+        about 0.1 ms), then emit them in the batch's order."""
+        if not plain:
+            return
+        tokens, errors = self.model.sample_rows([seq.payload.sampler for seq, _ in plain], logits,
+                                                [row for _, row in plain])
+        for (seq, row), tok, error in zip(plain, tokens, errors):
+            if error is not None:
+                self._finish(seq, "error", RequestOutput(seq.seq_id, [], "", error=RuntimeError(error)), flush=False)
+            else:
+                self._guarded(seq, self._emit_token, seq, tok, logits[row])
 
     def _prefill_drafts(self, schedule: Schedule) -> None:
         """Give the proposer the prompt chunks of speculating sequences this step computed,
@@ -528,13 +548,6 @@ class Engine:
         s.decode_tokens += sum(1 for c in schedule.chunks if c.n_tokens - c.n_draft == 1 and c.start >= c.seq.n_prompt)
         s.max_batch_tokens_seen = max(s.max_batch_tokens_seen, n_tokens)
         s.max_running_seen = max(s.max_running_seen, len(self.scheduler.running))
-
-    def _on_logits(self, seq: Sequence, logits: np.ndarray) -> None:
-        """Sample the sequence's next token from its logits row [n_vocab]; emit, maybe finish."""
-        req: _Request = seq.payload
-        tok = int(req.sampler.sample(logits))
-        req.sampler.accept(tok)
-        self._emit_token(seq, tok, logits)
 
     def _on_draft_logits(self, seq: Sequence, logits: np.ndarray, draft: list[int]) -> None:
         """Verify a draft: logits [k + 1, n_vocab], row i from the sequence's last token plus
