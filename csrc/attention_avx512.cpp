@@ -46,6 +46,59 @@ inline void transpose16(__m512 r[16]) {
     }
 }
 
+#if defined(__AVX512BW__)
+// Index vectors of the three rounds of two-source word permutes (vpermt2w) that transpose a
+// 16 x 16 block of F16 held two rows per register (z[i] = rows 2i, 2i+1: word 16r + c is row
+// 2i + r, column c). Each round pairs registers holding disjoint rows and the same columns, and
+// each output keeps half the columns for twice the rows, column-major (word = c * rows + r):
+//   round 1: z[i], z[i+4] -> columns 8h..8h+7 of rows 2i, 2i+1, 2i+8, 2i+9      (h = output)
+//   round 2: y[j], y[j+2] -> 4 columns of 8 rows
+//   round 3: x[m], x[m+1] -> 2 columns of all 16 rows, in row order: o[k] = columns 2k, 2k+1.
+// 24 permutes per block against 64 shuffles of the f32 transpose (decode's three or four query
+// rows per kv head spent more on transposing a K tile than on scoring it).
+struct WordTranspose {
+    __m512i idx[3][2];
+    WordTranspose() {
+        static const int kRowsA[8] = {0, 1, 8, 9, 4, 5, 12, 13};   // round 3's a rows, in x's order
+        uint16_t w[3][2][32];
+        for (int h = 0; h < 2; ++h)
+            for (int k = 0; k < 32; ++k) {
+                const int c1 = k / 4, r1 = k % 4, col1 = 8 * h + c1;            // round 1
+                w[0][h][k] = (uint16_t)(r1 < 2 ? 16 * r1 + col1 : 32 + 16 * (r1 - 2) + col1);
+                const int c2 = 4 * h + k / 8, r2 = k % 8;                       // round 2
+                w[1][h][k] = (uint16_t)(r2 < 4 ? 4 * c2 + r2 : 32 + 4 * c2 + r2 - 4);
+                const int c3 = 2 * h + k / 16, row = k % 16;                    // round 3
+                int at = 0;
+                while (at < 8 && kRowsA[at] != row && kRowsA[at] + 2 != row) ++at;
+                w[2][h][k] = (uint16_t)((kRowsA[at] == row ? 0 : 32) + 8 * c3 + at);
+            }
+        for (int r = 0; r < 3; ++r)
+            for (int h = 0; h < 2; ++h) idx[r][h] = _mm512_loadu_si512(w[r][h]);
+    }
+};
+
+// kt[d][j] = K[j][d] in f32: the transpose on the F16 words, then the conversion.
+void load_k_tile(const fp16_t* const* rows, int hd, float* kt) {
+    static const WordTranspose wt;
+    for (int d0 = 0; d0 < hd; d0 += 16) {
+        __m512i z[8], y[8], x[8];
+        for (int i = 0; i < 8; ++i)
+            z[i] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i*)(rows[2 * i] + d0))),
+                                      _mm256_loadu_si256((const __m256i*)(rows[2 * i + 1] + d0)), 1);
+        for (int i = 0; i < 4; ++i)
+            for (int h = 0; h < 2; ++h) y[i + 4 * h] = _mm512_permutex2var_epi16(z[i], wt.idx[0][h], z[i + 4]);
+        for (int j : {0, 1, 4, 5})
+            for (int h = 0; h < 2; ++h) x[j + 2 * h] = _mm512_permutex2var_epi16(y[j], wt.idx[1][h], y[j + 2]);
+        for (int m = 0; m < 8; m += 2)
+            for (int h = 0; h < 2; ++h) {
+                const __m512i o = _mm512_permutex2var_epi16(x[m], wt.idx[2][h], x[m + 1]);
+                float* dst = kt + (size_t)(d0 + 2 * (m + h)) * 16;
+                _mm512_storeu_ps(dst, _mm512_cvtph_ps(_mm512_castsi512_si256(o)));
+                _mm512_storeu_ps(dst + 16, _mm512_cvtph_ps(_mm512_extracti64x4_epi64(o, 1)));
+            }
+    }
+}
+#else
 // kt[d][j] = K[j][d] in f32.
 void load_k_tile(const fp16_t* const* rows, int hd, float* kt) {
     for (int d0 = 0; d0 < hd; d0 += 16) {
@@ -55,6 +108,7 @@ void load_k_tile(const fp16_t* const* rows, int hd, float* kt) {
         for (int i = 0; i < 16; ++i) _mm512_storeu_ps(kt + (d0 + i) * 16, r[i]);
     }
 }
+#endif
 
 // vt[j][d] = V[j][d] in f32.
 void load_v_tile(const fp16_t* const* rows, int hd, float* vt) {
