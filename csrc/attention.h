@@ -105,7 +105,7 @@ inline double sum_lanes(const double* lanes) {
     return a[0];
 }
 
-#if defined(__AVX512F__) && defined(__AVX512DQ__) && defined(__F16C__)
+#if defined(__AVX512F__) && defined(__AVX512DQ__) && defined(__AVX512BW__) && defined(__F16C__)
 #define LLL_ATTN_AVX512 1
 // One chunk with the AVX-512 kernel (head_dim % 16 == 0); attention_avx512.cpp.
 void attend_chunk_avx512(const KVCache& kv, int layer, const float* q, float* out, const Batch& b,

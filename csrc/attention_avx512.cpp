@@ -19,34 +19,6 @@ inline __m512 round_f16(__m512 x) {
     return _mm512_cvtph_ps(_mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
 
-// In-register transpose of a 16x16 f32 matrix (row i = r[i]).
-inline void transpose16(__m512 r[16]) {
-    __m512 t[16], u[16];
-    for (int i = 0; i < 8; ++i) {        // pairs of rows, 32-bit interleave within 128-bit lanes
-        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    for (int g = 0; g < 4; ++g) {        // u[4g + c]: lane L holds column 4L+c of rows 4g..4g+3
-        const __m512d a = _mm512_castps_pd(t[4 * g]), b = _mm512_castps_pd(t[4 * g + 1]);
-        const __m512d c = _mm512_castps_pd(t[4 * g + 2]), d = _mm512_castps_pd(t[4 * g + 3]);
-        u[4 * g + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
-        u[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
-        u[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
-        u[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
-    }
-    for (int c = 0; c < 4; ++c) {        // 4x4 transpose of 128-bit lanes among u[c], u[4+c], ...
-        const __m512 x0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x44);
-        const __m512 x1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xEE);
-        const __m512 x2 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x44);
-        const __m512 x3 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xEE);
-        r[c] = _mm512_shuffle_f32x4(x0, x2, 0x88);
-        r[4 + c] = _mm512_shuffle_f32x4(x0, x2, 0xDD);
-        r[8 + c] = _mm512_shuffle_f32x4(x1, x3, 0x88);
-        r[12 + c] = _mm512_shuffle_f32x4(x1, x3, 0xDD);
-    }
-}
-
-#if defined(__AVX512BW__)
 // Index vectors of the three rounds of two-source word permutes (vpermt2w) that transpose a
 // 16 x 16 block of F16 held two rows per register (z[i] = rows 2i, 2i+1: word 16r + c is row
 // 2i + r, column c). Each round pairs registers holding disjoint rows and the same columns, and
@@ -54,7 +26,7 @@ inline void transpose16(__m512 r[16]) {
 //   round 1: z[i], z[i+4] -> columns 8h..8h+7 of rows 2i, 2i+1, 2i+8, 2i+9      (h = output)
 //   round 2: y[j], y[j+2] -> 4 columns of 8 rows
 //   round 3: x[m], x[m+1] -> 2 columns of all 16 rows, in row order: o[k] = columns 2k, 2k+1.
-// 24 permutes per block against 64 shuffles of the f32 transpose (decode's three or four query
+// 24 permutes per block against the 64 shuffles of an f32 transpose (decode's three or four query
 // rows per kv head spent more on transposing a K tile than on scoring it).
 struct WordTranspose {
     __m512i idx[3][2];
@@ -98,17 +70,6 @@ void load_k_tile(const fp16_t* const* rows, int hd, float* kt) {
             }
     }
 }
-#else
-// kt[d][j] = K[j][d] in f32.
-void load_k_tile(const fp16_t* const* rows, int hd, float* kt) {
-    for (int d0 = 0; d0 < hd; d0 += 16) {
-        __m512 r[16];
-        for (int j = 0; j < 16; ++j) r[j] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(rows[j] + d0)));
-        transpose16(r);
-        for (int i = 0; i < 16; ++i) _mm512_storeu_ps(kt + (d0 + i) * 16, r[i]);
-    }
-}
-#endif
 
 // vt[j][d] = V[j][d] in f32.
 void load_v_tile(const fp16_t* const* rows, int hd, float* vt) {

@@ -99,13 +99,10 @@ inline void tile_dequant(const KVCache& kv, bool values, int layer, const int32_
 inline void prefetch_tile(const KVCache& kv, bool values, int layer, const int32_t* table, int32_t p0, int32_t valid_lo,
                           int32_t valid_hi, int off, int hd) {
     if (values ? kv.types().v != GGMLType::F16 : kv.types().k != GGMLType::F16) return;
-    const int bs = kv.block_size();
-    const int32_t lo = std::max(p0, valid_lo), hi = std::min(p0 + kTile - 1, valid_hi);
-    for (int32_t p = lo; p <= hi; ++p) {
-        const char* row = (const char*)((values ? kv.v_slot(layer, table[p / bs], p % bs)
-                                                : kv.k_slot(layer, table[p / bs], p % bs)) + off);
-        for (int b = 0; b < hd * (int)sizeof(fp16_t); b += 64) __builtin_prefetch(row + b);
-    }
+    const fp16_t* rows[kTile];
+    tile_rows(kv, values, layer, table, p0, valid_lo, valid_hi, off, nullptr, rows);   // nullptr: not a key
+    for (const fp16_t* row : rows)
+        for (int b = 0; row != nullptr && b < hd * (int)sizeof(fp16_t); b += 64) __builtin_prefetch((const char*)row + b);
 }
 
 // K tile t of pass 1 into kt[d][16]: converted by Vec from F16, or dequantized and transposed.
