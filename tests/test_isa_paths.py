@@ -26,7 +26,7 @@ from test_kernels import ALL_TYPES, VEC_DOT_TYPE, T, make_acts, make_weights
 
 REPO = Path(__file__).resolve().parent.parent
 ISAS = [i for i in range(3) if _core.isa_available(i)]
-ROWS = (1, 16, 17, 32, 64, 90, 96, 128)   # AMX: 64-row and 16-row tiles, VNNI rest
+ROWS = (1, 16, 17, 31, 32, 48, 64, 90, 96, 128)   # AMX: 64-row and 16-row tiles, VNNI rest
 BSEQ_TYPES = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K]
 
 
@@ -99,12 +99,12 @@ from localllm import _core
 from test_kernels import make_acts, make_weights, T
 rng = np.random.default_rng(11)
 out = {{}}
-for t in {types}:
-    w = make_weights(T(t), 40, 512, rng)
-    x = make_acts(128, 512, rng)
-    out[t] = np.stack([np.pad(_core.matmul_repacked(w, t, 40, 512, x[:m], 2), ((0, 128 - m), (0, 0)))
-                       for m in {rows}])
-np.savez({path!r}, amx=np.array(_core.amx_available()), **{{str(t): y for t, y in out.items()}})
+for t, n, k in [(t, 40, 512) for t in {types}] + [(int(T.Q8_0), 200, 640)]:
+    w = make_weights(T(t), n, k, rng)
+    x = make_acts(128, k, rng)
+    out[f"{{t}}_{{n}}"] = np.stack([np.pad(_core.matmul_repacked(w, t, n, k, x[:m], 2), ((0, 128 - m), (0, 0)))
+                                   for m in {rows}])
+np.savez({path!r}, amx=np.array(_core.amx_available()), **out)
 """
 
 
@@ -120,8 +120,10 @@ def test_amx_equals_vnni(tmp_path) -> None:
         assert proc.returncode == 0, proc.stderr[-2000:]
         results[label] = np.load(path)
     assert bool(results["amx"]["amx"]) and not bool(results["vnni"]["amx"])
-    for t in BSEQ_TYPES:
-        assert np.array_equal(results["amx"][str(int(t))], results["vnni"][str(int(t))]), t.name
+    # Q8_0 at 200 x 640: runs of four panels (16 rows and more read tiles straight from the
+    # repacked panels), a partial run and a partial panel.
+    for key in [f"{int(t)}_40" for t in BSEQ_TYPES] + [f"{int(T.Q8_0)}_200"]:
+        assert np.array_equal(results["amx"][key], results["vnni"][key]), key
 
 
 AVX2_LOGITS = """

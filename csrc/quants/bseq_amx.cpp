@@ -5,8 +5,9 @@
 // panel's signed copy of Q4_0 / Q5_0 / Q8_0 quants, q minus the type's offset, laid out as AMX's
 // 8 x 64-byte B tile), giving the 16 x 16 exact unit sums at once, bias terms already subtracted.
 // The float fold then runs with the same instructions, in the same order, as the VNNI kernels of
-// bseq_avx512.cpp, so both paths give bit-identical results and which one runs (AMX for blocks of
-// 64 and 16 rows where amx_pays: today Q8_0 only; VNNI for the rest) never shows in the output.
+// bseq_avx512.cpp, so both paths give bit-identical results and which one runs never shows in the
+// output: today AMX takes Q8_0 only, batches of 16-63 rows straight from the repacked panels
+// (amx_reads_repacked) and blocks of 64 rows and more from packed panels (amx_pays); VNNI the rest.
 #include "bseq_panel.h"
 #include "dot_impl.h"
 
@@ -16,6 +17,9 @@
 #include <stdlib.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+
+#include <algorithm>
+#include <vector>
 
 namespace lll {
 namespace bseq {
@@ -174,6 +178,72 @@ void rows64_legacy(const Panel& P, int64_t nu, const ActPack& a, int64_t m, floa
     for (int r = 0; r < 64; ++r) _mm512_mask_storeu_ps(y + (m + r) * ldy, (__mmask16)lanes, _mm512_load_ps(acc[r]));
 }
 
+
+// ---- Q8_0 straight from the repacked weight ---------------------------------------------------
+// A repacked Q8_0 panel holds, per unit, the 16 rows' signed quants in exactly the B-tile layout
+// (8 k-groups x 16 rows x 4 quants: pack_q8_0 records its transposes before the unsigned shift),
+// then the 16 rows' f16 scales. So TDPBSSD takes the unit from the weight as it lies, with no
+// panel unpacking: the decode-sized batches (16-63 rows), where unpacking a panel cost as much
+// as the tile work, run at about twice the VNNI pair kernels' speed on the 262,144 x 640 output
+// matrix of Gemma3 (stop 35). Each pass takes kGroup panels: one activation tile feeds four
+// TDPBSSDs, and the tile work of unit u + 1 is issued before the fold of unit u, so the fold
+// never waits for the tile stores it reads.
+
+constexpr int kGroup = 4;                                       // panels per pass
+constexpr size_t kArenaUnit = kPanel * sizeof(block_q8_0);      // 512 quant bytes, 32 scale bytes
+
+// Unit sums of one unit for G panels (pb bytes apart) x 16 activation rows into c[0..G).
+template <int G>
+inline void arena_unit_sums(const uint8_t* unit, size_t pb, const int8_t* xu, int64_t ldx, int32_t (*c)[256]) {
+    _tile_zero(kC);
+    if constexpr (G > 1) _tile_zero(kC2);
+    if constexpr (G > 2) _tile_zero(kC3);
+    if constexpr (G > 3) _tile_zero(kC4);
+    _tile_loadd(kA, xu, ldx);
+    _tile_loadd(kB, unit, 64);
+    if constexpr (G > 1) _tile_loadd(kB2, unit + pb, 64);
+    _tile_dpbssd(kC, kA, kB);
+    if constexpr (G > 1) _tile_dpbssd(kC2, kA, kB2);
+    if constexpr (G > 2) {
+        _tile_loadd(kB, unit + 2 * pb, 64);
+        _tile_dpbssd(kC3, kA, kB);
+    }
+    if constexpr (G > 3) {
+        _tile_loadd(kB2, unit + 3 * pb, 64);
+        _tile_dpbssd(kC4, kA, kB2);
+    }
+    _tile_stored(kC, c[0], 64);
+    if constexpr (G > 1) _tile_stored(kC2, c[1], 64);
+    if constexpr (G > 2) _tile_stored(kC3, c[2], 64);
+    if constexpr (G > 3) _tile_stored(kC4, c[3], 64);
+}
+
+// G panels from `pan` x `rows` (<= 16) activation rows x (ldx apart) with scales dx[r * nu + u]:
+// acc[j][r] = row r's outputs of panel j, folded unit by unit as fold_legacy does. With
+// `prefetch`, the next pass's panels are fetched into L2 one unit at a time.
+template <int G>
+void arena_pass(const uint8_t* pan, size_t pb, int64_t nu, const int8_t* x, int64_t ldx, const float* dx,
+                int rows, bool prefetch, float (*acc)[16][16]) {
+    alignas(64) int32_t c[2][kGroup][256];
+    arena_unit_sums<G>(pan, pb, x, ldx, c[0]);
+    for (int64_t u = 0; u < nu; ++u) {
+        if (prefetch)
+            for (int j = 0; j < G; ++j)
+                for (size_t o = 0; o < kArenaUnit; o += 64) __builtin_prefetch(pan + (G + j) * pb + u * kArenaUnit + o, 0, 1);
+        if (u + 1 < nu) arena_unit_sums<G>(pan + (u + 1) * kArenaUnit, pb, x + 32 * (u + 1), ldx, c[(u + 1) & 1]);
+        const int32_t (*cu)[256] = c[u & 1];
+        for (int j = 0; j < G; ++j) {
+            const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(pan + j * pb + u * kArenaUnit + 512)));
+#pragma GCC unroll 16
+            for (int r = 0; r < rows; ++r) {
+                const __m512 prev = u == 0 ? _mm512_setzero_ps() : _mm512_load_ps(acc[j][r]);
+                const __m512 s = _mm512_cvtepi32_ps(_mm512_load_si512(cu[j] + 16 * r));
+                _mm512_store_ps(acc[j][r], _mm512_fmadd_ps(s, _mm512_mul_ps(dw, _mm512_set1_ps(dx[r * nu + u])), prev));
+            }
+        }
+    }
+}
+
 }  // namespace
 
 bool amx_available() {
@@ -192,6 +262,14 @@ bool amx_pays(GGMLType t, int64_t rows) {
     return t == GGMLType::Q8_0 && rows >= 64;
 }
 
+// Stop 35, same machine, 2 threads (ms, VNNI pair kernels -> tiles from the repacked panels):
+// Gemma3's 262,144 x 640 output matrix at 16 rows 10.1 -> 6.3, at 32 rows 15.9 -> 12.5; 4864 x
+// 1024 at 16 / 48 rows 0.26 -> 0.19 / 0.54 -> 0.48. From 64 rows on the packed 64-row tiles
+// (amx_pays) tie with them, and at 512 rows x 49,152 they are faster (50 against 63 ms).
+bool amx_reads_repacked(GGMLType t, int64_t rows) {
+    return t == GGMLType::Q8_0 && rows >= 16 && rows < 64;
+}
+
 int64_t amx_rows(GGMLType t, const Panel& P, int64_t nu, const ActPack& a, int64_t m, int64_t me,
                  float* y, int64_t ldy, uint16_t lanes) {
     if (!amx_available()) return m;
@@ -206,6 +284,46 @@ int64_t amx_rows(GGMLType t, const Panel& P, int64_t nu, const ActPack& a, int64
     return m;
 }
 
+
+int64_t amx_q8_0_repacked(const uint8_t* W, size_t ws, int64_t N, int64_t n0, int64_t n1, const ActPack& a,
+                          float* Y, int64_t ldy) {
+    if (!amx_available()) return 0;
+    ensure_tiles_configured();
+    const int64_t nu = a.K / 32, full = a.M / 16 * 16;
+    const size_t pb = kPanel * ws;
+    // The rows past the last 16: a zero-padded block of 16 (their sums are computed and dropped).
+    thread_local std::vector<int8_t> xpad;
+    thread_local std::vector<float> dpad;
+    if (full < a.M) {
+        xpad.assign((size_t)(16 * a.K), 0);
+        dpad.assign((size_t)(16 * nu), 0.0f);
+        std::copy(a.q + full * a.K, a.q + a.M * a.K, xpad.begin());
+        std::copy(a.d + full * nu, a.d + a.M * nu, dpad.begin());
+    }
+    alignas(64) float acc[kGroup][16][16];
+    for (int64_t p = n0; p < n1; p += kGroup * kPanel) {
+        const int G = (int)std::min<int64_t>(kGroup, (n1 - p + kPanel - 1) / kPanel);
+        const uint8_t* pan = W + p / kPanel * pb;
+        for (int64_t m = 0; m < a.M; m += 16) {
+            const int rows = (int)std::min<int64_t>(16, a.M - m);
+            const int8_t* x = m < full ? a.q + m * a.K : xpad.data();
+            const float* dx = m < full ? a.d + m * nu : dpad.data();
+            switch (G) {
+                case 4: arena_pass<4>(pan, pb, nu, x, a.K, dx, rows, m == 0, acc); break;
+                case 3: arena_pass<3>(pan, pb, nu, x, a.K, dx, rows, m == 0, acc); break;
+                case 2: arena_pass<2>(pan, pb, nu, x, a.K, dx, rows, m == 0, acc); break;
+                default: arena_pass<1>(pan, pb, nu, x, a.K, dx, rows, m == 0, acc); break;
+            }
+            for (int j = 0; j < G; ++j) {
+                const int64_t n = p + j * kPanel;
+                const __mmask16 lanes = (__mmask16)((1u << std::min<int64_t>(kPanel, N - n)) - 1);
+                for (int r = 0; r < rows; ++r) _mm512_mask_storeu_ps(Y + (m + r) * ldy + n, lanes, _mm512_load_ps(acc[j][r]));
+            }
+        }
+    }
+    return a.M;
+}
+
 }  // namespace bseq
 }  // namespace lll
 
@@ -216,10 +334,15 @@ namespace bseq {
 
 bool amx_available() { return false; }
 bool amx_pays(GGMLType, int64_t) { return false; }
+bool amx_reads_repacked(GGMLType, int64_t) { return false; }
 
 int64_t amx_rows(GGMLType, const Panel&, int64_t, const ActPack&, int64_t m, int64_t, float*, int64_t,
                  uint16_t) {
     return m;
+}
+
+int64_t amx_q8_0_repacked(const uint8_t*, size_t, int64_t, int64_t, int64_t, const ActPack&, float*, int64_t) {
+    return 0;
 }
 
 }  // namespace bseq

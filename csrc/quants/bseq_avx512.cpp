@@ -538,6 +538,8 @@ void matmul_avx512(GGMLType t, const uint8_t* W, size_t ws, int64_t N, int64_t n
         }
         return;
     }
+    if (repacked && use_amx && amx_reads_repacked(t, a.M) && amx_q8_0_repacked(W, ws, N, n0, n1, a, Y, ldy) == a.M)
+        return;
     thread_local PanelBuffer buf, buf_pair;
     const Panel P = buf.get(nu);
     for (int64_t mb = 0; mb < a.M; mb += kActBlock) {

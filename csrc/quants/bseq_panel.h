@@ -67,6 +67,16 @@ bool amx_pays(GGMLType t, int64_t rows);
 int64_t amx_rows(GGMLType t, const Panel& P, int64_t nu, const ActPack& a, int64_t m, int64_t me,
                  float* y, int64_t ldy, uint16_t lanes);
 
+// Whether AMX tiles read straight from the repacked panels (amx_q8_0_repacked) take a batch of
+// `rows` activation rows of type t; the panel kernels run the rest.
+bool amx_reads_repacked(GGMLType t, int64_t rows);
+
+// AMX: all activation rows (a.M >= 16) against weight rows [n0, n1) of a repacked Q8_0 weight,
+// read as tiles straight from the repacked panels; returns a.M, or 0 when AMX is not compiled in
+// or not available (nothing done).
+int64_t amx_q8_0_repacked(const uint8_t* W, size_t ws, int64_t N, int64_t n0, int64_t n1, const ActPack& a,
+                          float* Y, int64_t ldy);
+
 // Activation rows [0, a.M) (a few: decode) against weight rows [n0, n1), straight from the
 // GGUF layout (bseq_decode.cpp); bit-identical to the panel kernels.
 void matmul_direct(GGMLType t, const uint8_t* W, size_t ws, int64_t N, int64_t n0, int64_t n1,
