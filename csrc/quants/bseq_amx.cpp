@@ -291,10 +291,15 @@ int64_t amx_q8_0_repacked(const uint8_t* W, size_t ws, int64_t N, int64_t n0, in
     ensure_tiles_configured();
     const int64_t nu = a.K / 32, full = a.M / 16 * 16;
     const size_t pb = kPanel * ws;
-    // The rows past the last 16: a zero-padded block of 16 (their sums are computed and dropped).
+    // The rows past the last 16: up to kReplayRows of them go through the VNNI fold, group by
+    // group while its panels are still in the caches (16 decode rows and one prompt's last row
+    // were a 17-row head that cost two tile passes); more, as a zero-padded block of 16 (their
+    // sums are computed and dropped).
+    const bool tail_vnni = a.M - full <= kReplayRows;
+    const int64_t tiled = tail_vnni ? full : a.M;
     thread_local std::vector<int8_t> xpad;
     thread_local std::vector<float> dpad;
-    if (full < a.M) {
+    if (!tail_vnni) {
         xpad.assign((size_t)(16 * a.K), 0);
         dpad.assign((size_t)(16 * nu), 0.0f);
         std::copy(a.q + full * a.K, a.q + a.M * a.K, xpad.begin());
@@ -304,7 +309,7 @@ int64_t amx_q8_0_repacked(const uint8_t* W, size_t ws, int64_t N, int64_t n0, in
     for (int64_t p = n0; p < n1; p += kGroup * kPanel) {
         const int G = (int)std::min<int64_t>(kGroup, (n1 - p + kPanel - 1) / kPanel);
         const uint8_t* pan = W + p / kPanel * pb;
-        for (int64_t m = 0; m < a.M; m += 16) {
+        for (int64_t m = 0; m < tiled; m += 16) {
             const int rows = (int)std::min<int64_t>(16, a.M - m);
             const int8_t* x = m < full ? a.q + m * a.K : xpad.data();
             const float* dx = m < full ? a.d + m * nu : dpad.data();
@@ -320,6 +325,7 @@ int64_t amx_q8_0_repacked(const uint8_t* W, size_t ws, int64_t N, int64_t n0, in
                 for (int r = 0; r < rows; ++r) _mm512_mask_storeu_ps(Y + (m + r) * ldy + n, lanes, _mm512_load_ps(acc[j][r]));
             }
         }
+        if (tiled < a.M) replay_panels(GGMLType::Q8_0, W, ws, N, p, std::min<int64_t>(n1, p + G * kPanel), a, tiled, Y, ldy);
     }
     return a.M;
 }

@@ -473,13 +473,13 @@ void run_rows_pair(GGMLType t, const Panel& P0, const Panel& P1, int64_t nu, con
 }
 
 template <int C>
-void replay_rows(GGMLType t, const uint8_t* panel, size_t panel_bytes, int64_t nu, const ActPack& a,
+void replay_rows(GGMLType t, const uint8_t* panel, size_t panel_bytes, int64_t nu, const ActPack& a, int64_t m,
                  float* y, int64_t ldy, __mmask16 lanes) {
-    DotSink<C> sink(a, 0, nu);
+    DotSink<C> sink(a, m, nu);
     const uint8_t* in = panel;
     // Decode: the prefetch pays on Intel, not on AMD (isa.cpp).
     pack_panel(t, ReplayRows{&in, panel_bytes, replay_prefetch_pays()}, nu, sink);
-    for (int c = 0; c < C; ++c) _mm512_mask_storeu_ps(y + c * ldy, lanes, sink.acc[c]);
+    for (int c = 0; c < C; ++c) _mm512_mask_storeu_ps(y + (m + c) * ldy, lanes, sink.acc[c]);
 }
 
 template <int C>
@@ -500,7 +500,7 @@ void run_rows(GGMLType t, const Panel& P, int64_t nu, const ActPack& a, int64_t 
 // blocks unpack less often (64 -> 256: +5-10% on SmolLM2 / Qwen2.5 prompts); 256 rows of
 // activation quants stay in L2 for the models here (K <= 4864: 1.2 MiB).
 constexpr int64_t kActBlock = 256;
-constexpr int64_t kDirectRows = 3;  // up to this many rows: bseq_decode.cpp (no packing)
+constexpr int64_t kDirectRows = kReplayRows;  // up to this many rows: no panel buffer (replay_panels, bseq_decode.cpp)
 
 // Unpacks the panel of weight rows [p, p + 16) into `sink`'s panel, from the repacked arena or
 // straight from the GGUF rows. Repacked panels are prefetched on every CPU: unlike the decode
@@ -520,23 +520,28 @@ void pack_at(GGMLType t, const uint8_t* W, size_t ws, int64_t N, int64_t nu, int
 
 }  // namespace
 
+void replay_panels(GGMLType t, const uint8_t* W, size_t ws, int64_t N, int64_t n0, int64_t n1, const ActPack& a,
+                   int64_t m, float* Y, int64_t ldy) {
+    const int64_t nu = a.K / 32;
+    const size_t panel_bytes = kPanel * ws;
+    for (int64_t p = n0; p < n1; p += kPanel) {
+        const uint8_t* panel = W + p / kPanel * panel_bytes;
+        const __mmask16 lanes = (__mmask16)((1u << std::min<int64_t>(kPanel, N - p)) - 1);
+        switch (a.M - m) {
+            case 3: replay_rows<3>(t, panel, panel_bytes, nu, a, m, Y + p, ldy, lanes); break;
+            case 2: replay_rows<2>(t, panel, panel_bytes, nu, a, m, Y + p, ldy, lanes); break;
+            default: replay_rows<1>(t, panel, panel_bytes, nu, a, m, Y + p, ldy, lanes); break;
+        }
+    }
+}
+
 void matmul_avx512(GGMLType t, const uint8_t* W, size_t ws, int64_t N, int64_t n0, int64_t n1,
                    const ActPack& a, float* Y, int64_t ldy, bool use_amx, bool repacked) {
     const int64_t nu = a.K / 32;
     const size_t panel_bytes = kPanel * ws;
     if (a.M <= kDirectRows) {
         if (!repacked) return matmul_direct(t, W, ws, N, n0, n1, a, Y, ldy);
-        for (int64_t p = n0; p < n1; p += kPanel) {
-            const int nvalid = (int)std::min<int64_t>(kPanel, N - p);
-            const uint8_t* panel = W + p / kPanel * panel_bytes;
-            const __mmask16 lanes = (__mmask16)((1u << nvalid) - 1);
-            switch (a.M) {
-                case 3: replay_rows<3>(t, panel, panel_bytes, nu, a, Y + p, ldy, lanes); break;
-                case 2: replay_rows<2>(t, panel, panel_bytes, nu, a, Y + p, ldy, lanes); break;
-                default: replay_rows<1>(t, panel, panel_bytes, nu, a, Y + p, ldy, lanes); break;
-            }
-        }
-        return;
+        return replay_panels(t, W, ws, N, n0, n1, a, 0, Y, ldy);
     }
     if (repacked && use_amx && amx_reads_repacked(t, a.M) && amx_q8_0_repacked(W, ws, N, n0, n1, a, Y, ldy) == a.M)
         return;

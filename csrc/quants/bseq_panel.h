@@ -77,6 +77,13 @@ bool amx_reads_repacked(GGMLType t, int64_t rows);
 int64_t amx_q8_0_repacked(const uint8_t* W, size_t ws, int64_t N, int64_t n0, int64_t n1, const ActPack& a,
                           float* Y, int64_t ldy);
 
+// Activation rows [m, a.M) (1-3 of them: kReplayRows) against weight rows [n0, n1) of a repacked
+// weight, each panel unpacked straight into the VNNI fold (nothing stored): decode steps, and the
+// rows past amx_q8_0_repacked's blocks of 16.
+constexpr int64_t kReplayRows = 3;
+void replay_panels(GGMLType t, const uint8_t* W, size_t ws, int64_t N, int64_t n0, int64_t n1, const ActPack& a,
+                   int64_t m, float* Y, int64_t ldy);
+
 // Activation rows [0, a.M) (a few: decode) against weight rows [n0, n1), straight from the
 // GGUF layout (bseq_decode.cpp); bit-identical to the panel kernels.
 void matmul_direct(GGMLType t, const uint8_t* W, size_t ws, int64_t N, int64_t n0, int64_t n1,
