@@ -538,7 +538,6 @@ void replay_panels(GGMLType t, const uint8_t* W, size_t ws, int64_t N, int64_t n
 void matmul_avx512(GGMLType t, const uint8_t* W, size_t ws, int64_t N, int64_t n0, int64_t n1,
                    const ActPack& a, float* Y, int64_t ldy, bool use_amx, bool repacked) {
     const int64_t nu = a.K / 32;
-    const size_t panel_bytes = kPanel * ws;
     if (a.M <= kDirectRows) {
         if (!repacked) return matmul_direct(t, W, ws, N, n0, n1, a, Y, ldy);
         return replay_panels(t, W, ws, N, n0, n1, a, 0, Y, ldy);
