@@ -190,6 +190,7 @@ void rows64_legacy(const Panel& P, int64_t nu, const ActPack& a, int64_t m, floa
 // never waits for the tile stores it reads.
 
 constexpr int kGroup = 4;                                       // panels per pass
+constexpr int64_t kTailReplayRows = 3;                          // see amx_q8_0_repacked
 constexpr size_t kArenaUnit = kPanel * sizeof(block_q8_0);      // 512 quant bytes, 32 scale bytes
 
 // Unit sums of one unit for G panels (pb bytes apart) x 16 activation rows into c[0..G).
@@ -291,11 +292,11 @@ int64_t amx_q8_0_repacked(const uint8_t* W, size_t ws, int64_t N, int64_t n0, in
     ensure_tiles_configured();
     const int64_t nu = a.K / 32, full = a.M / 16 * 16;
     const size_t pb = kPanel * ws;
-    // The rows past the last 16: up to kReplayRows of them go through the VNNI fold, group by
+    // The rows past the last 16: up to kTailReplayRows of them go through the VNNI fold, group by
     // group while its panels are still in the caches (16 decode rows and one prompt's last row
     // were a 17-row head that cost two tile passes); more, as a zero-padded block of 16 (their
     // sums are computed and dropped).
-    const bool tail_vnni = a.M - full <= kReplayRows;
+    const bool tail_vnni = a.M - full <= kTailReplayRows;
     const int64_t tiled = tail_vnni ? full : a.M;
     thread_local std::vector<int8_t> xpad;
     thread_local std::vector<float> dpad;

@@ -500,7 +500,7 @@ void run_rows(GGMLType t, const Panel& P, int64_t nu, const ActPack& a, int64_t 
 // blocks unpack less often (64 -> 256: +5-10% on SmolLM2 / Qwen2.5 prompts); 256 rows of
 // activation quants stay in L2 for the models here (K <= 4864: 1.2 MiB).
 constexpr int64_t kActBlock = 256;
-constexpr int64_t kDirectRows = kReplayRows;  // up to this many rows: no panel buffer (replay_panels, bseq_decode.cpp)
+constexpr int64_t kDirectRows = 3;  // up to this many rows of GGUF-layout weights: bseq_decode.cpp (no packing)
 
 // Unpacks the panel of weight rows [p, p + 16) into `sink`'s panel, from the repacked arena or
 // straight from the GGUF rows. Repacked panels are prefetched on every CPU: unlike the decode
@@ -528,6 +528,11 @@ void replay_panels(GGMLType t, const uint8_t* W, size_t ws, int64_t N, int64_t n
         const uint8_t* panel = W + p / kPanel * panel_bytes;
         const __mmask16 lanes = (__mmask16)((1u << std::min<int64_t>(kPanel, N - p)) - 1);
         switch (a.M - m) {
+            case 8: replay_rows<8>(t, panel, panel_bytes, nu, a, m, Y + p, ldy, lanes); break;
+            case 7: replay_rows<7>(t, panel, panel_bytes, nu, a, m, Y + p, ldy, lanes); break;
+            case 6: replay_rows<6>(t, panel, panel_bytes, nu, a, m, Y + p, ldy, lanes); break;
+            case 5: replay_rows<5>(t, panel, panel_bytes, nu, a, m, Y + p, ldy, lanes); break;
+            case 4: replay_rows<4>(t, panel, panel_bytes, nu, a, m, Y + p, ldy, lanes); break;
             case 3: replay_rows<3>(t, panel, panel_bytes, nu, a, m, Y + p, ldy, lanes); break;
             case 2: replay_rows<2>(t, panel, panel_bytes, nu, a, m, Y + p, ldy, lanes); break;
             default: replay_rows<1>(t, panel, panel_bytes, nu, a, m, Y + p, ldy, lanes); break;
@@ -538,10 +543,8 @@ void replay_panels(GGMLType t, const uint8_t* W, size_t ws, int64_t N, int64_t n
 void matmul_avx512(GGMLType t, const uint8_t* W, size_t ws, int64_t N, int64_t n0, int64_t n1,
                    const ActPack& a, float* Y, int64_t ldy, bool use_amx, bool repacked) {
     const int64_t nu = a.K / 32;
-    if (a.M <= kDirectRows) {
-        if (!repacked) return matmul_direct(t, W, ws, N, n0, n1, a, Y, ldy);
-        return replay_panels(t, W, ws, N, n0, n1, a, 0, Y, ldy);
-    }
+    if (repacked && a.M <= kReplayRows) return replay_panels(t, W, ws, N, n0, n1, a, 0, Y, ldy);
+    if (!repacked && a.M <= kDirectRows) return matmul_direct(t, W, ws, N, n0, n1, a, Y, ldy);
     if (repacked && use_amx && amx_reads_repacked(t, a.M) && amx_q8_0_repacked(W, ws, N, n0, n1, a, Y, ldy) == a.M)
         return;
     thread_local PanelBuffer buf, buf_pair;
