@@ -56,27 +56,25 @@ inline void grow(V& v, size_t n) {
     if (v.size() < n) v.resize(n);
 }
 
-// F16 rows of the 16 positions p0..p0+15 of a tile (K or V of kv head offset `off`); positions
+// F16 rows of the 16 positions p0..p0+15 of a tile (K or V of kv head `head`); positions
 // outside [valid_lo, valid_hi] (not this chunk's keys) point at zeros and are masked later.
 inline void tile_rows(const KVCache& kv, bool values, int layer, const int32_t* table, int32_t p0, int32_t valid_lo,
-                      int32_t valid_hi, int off, const fp16_t* zeros, const fp16_t* rows[kTile]) {
+                      int32_t valid_hi, int head, const fp16_t* zeros, const fp16_t* rows[kTile]) {
     const int bs = kv.block_size();
-    const int64_t w = kv.kv_width();
+    auto row = [&](int32_t p) {
+        const int32_t blk = table[p / bs];
+        return values ? kv.v_row(layer, blk, p % bs, head) : kv.k_row(layer, blk, p % bs, head);
+    };
     const bool one_block = bs % kTile == 0 && p0 >= valid_lo && p0 + kTile - 1 <= valid_hi;
     if (one_block) {   // the whole tile lies in one cache block: consecutive slots
-        const int32_t blk = table[p0 / bs];
-        const fp16_t* base = (values ? kv.v_slot(layer, blk, p0 % bs) : kv.k_slot(layer, blk, p0 % bs)) + off;
-        for (int j = 0; j < kTile; ++j) rows[j] = base + j * w;
+        const fp16_t* base = row(p0);
+        const int64_t step = kv.row_step(layer, values);
+        for (int j = 0; j < kTile; ++j) rows[j] = base + j * step;
         return;
     }
     for (int j = 0; j < kTile; ++j) {
         const int32_t p = p0 + j;
-        if (p < valid_lo || p > valid_hi) {
-            rows[j] = zeros;
-            continue;
-        }
-        const int32_t blk = table[p / bs];
-        rows[j] = (values ? kv.v_slot(layer, blk, p % bs) : kv.k_slot(layer, blk, p % bs)) + off;
+        rows[j] = p < valid_lo || p > valid_hi ? zeros : row(p);
     }
 }
 
@@ -100,7 +98,7 @@ inline void prefetch_tile(const KVCache& kv, bool values, int layer, const int32
                           int32_t valid_hi, int off, int hd) {
     if (values ? kv.types().v != GGMLType::F16 : kv.types().k != GGMLType::F16) return;
     const fp16_t* rows[kTile];
-    tile_rows(kv, values, layer, table, p0, valid_lo, valid_hi, off, nullptr, rows);   // nullptr: not a key
+    tile_rows(kv, values, layer, table, p0, valid_lo, valid_hi, off / hd, nullptr, rows);   // nullptr: not a key
     for (const fp16_t* row : rows)
         for (int b = 0; row != nullptr && b < hd * (int)sizeof(fp16_t); b += 64) __builtin_prefetch((const char*)row + b);
 }
@@ -111,7 +109,7 @@ inline void load_k(const KVCache& kv, int layer, const int32_t* table, int32_t p
                    int off, int hd, ChunkScratch& w, float* kt) {
     if (kv.types().k == GGMLType::F16) {
         const fp16_t* rows[kTile];
-        tile_rows(kv, false, layer, table, p0, first, last, off, w.zeros.data(), rows);
+        tile_rows(kv, false, layer, table, p0, first, last, off / hd, w.zeros.data(), rows);
         Vec::load_k_tile(rows, hd, kt);
         return;
     }
@@ -126,7 +124,7 @@ inline void load_v(const KVCache& kv, int layer, const int32_t* table, int32_t p
                    int off, int hd, ChunkScratch& w) {
     if (kv.types().v == GGMLType::F16) {
         const fp16_t* rows[kTile];
-        tile_rows(kv, true, layer, table, p0, first, last, off, w.zeros.data(), rows);
+        tile_rows(kv, true, layer, table, p0, first, last, off / hd, w.zeros.data(), rows);
         Vec::load_v_tile(rows, hd, w.vt.data());
         return;
     }

@@ -80,15 +80,15 @@ struct Call {
 struct Row {
     int32_t pos, start;
     const int32_t* table;
-    int kv_off;
-    Row(const Call& c, int64_t t, int kv_head)
+    int kv_head;
+    Row(const Call& c, int64_t t, int kv_head_)
         : pos(c.b.positions[t]), start(attn_detail::first_visible(pos, c.window)),
-          table(c.b.block_tables + (int64_t)c.b.seq_of_token[t] * c.b.max_blocks), kv_off(kv_head * c.hd) {}
+          table(c.b.block_tables + (int64_t)c.b.seq_of_token[t] * c.b.max_blocks), kv_head(kv_head_) {}
     const fp16_t* k(const Call& c, int32_t p) const {
-        return c.kv.k_slot(c.layer, table[p / c.kv.block_size()], p % c.kv.block_size()) + kv_off;
+        return c.kv.k_row(c.layer, table[p / c.kv.block_size()], p % c.kv.block_size(), kv_head);
     }
     const fp16_t* v(const Call& c, int32_t p) const {
-        return c.kv.v_slot(c.layer, table[p / c.kv.block_size()], p % c.kv.block_size()) + kv_off;
+        return c.kv.v_row(c.layer, table[p / c.kv.block_size()], p % c.kv.block_size(), kv_head);
     }
 };
 

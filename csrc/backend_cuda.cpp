@@ -123,7 +123,7 @@ private:
         if (kv.placement(layer) != Placement::CUDA)
             throw std::logic_error("CUDA backend: layer " + std::to_string(layer) + "'s KV cache is not on the GPU");
         if (!kv.is_f16()) throw std::invalid_argument("CUDA backend: the KV cache on the GPU must be f16");
-        return llc_kv_layer{const_cast<fp16_t*>(kv.k_slot(layer, 0, 0)), const_cast<fp16_t*>(kv.v_slot(layer, 0, 0)),
+        return llc_kv_layer{kv.k_data(layer), kv.v_data(layer),
                             kv.n_blocks(), kv.block_size(), kv.kv_width()};
     }
     void upload_ids(int32_t* dst, const int32_t* host, int64_t n) {

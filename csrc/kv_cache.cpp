@@ -2,6 +2,7 @@
 #include "kv_cache.h"
 #include <ctype.h>
 #include <math.h>
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <unistd.h>
@@ -93,7 +94,7 @@ void hadamard_rotate(float* x, int64_t len, int n) {
 KVCache::KVCache(const std::vector<Backend*>& layer_backends, int64_t n_blocks, int block_size, int n_head_kv,
                  int head_dim, KVTypes types)
     : backends_(layer_backends), n_blocks_(n_blocks), block_size_(block_size),
-      kv_width_((int64_t)n_head_kv * head_dim), types_(types) {
+      kv_width_((int64_t)n_head_kv * head_dim), n_head_kv_(n_head_kv), head_dim_(head_dim), types_(types) {
     const int n_layer = (int)layer_backends.size();
     if (n_layer <= 0 || n_blocks <= 0 || block_size <= 0 || n_head_kv <= 0 || head_dim <= 0)
         throw std::invalid_argument("kv cache: n_blocks, block_size, n_head_kv and head_dim must be positive (got "
@@ -133,6 +134,7 @@ KVCache::KVCache(const std::vector<Backend*>& layer_backends, int64_t n_blocks, 
                                                "KV cache of layer " + std::to_string(l)));
         k_.push_back(storage_.back()->data());
         v_.push_back(storage_.back()->data() + k_part);
+        host_.push_back(backends_[l]->placement() == Placement::CPU);
     }
 }
 
@@ -152,6 +154,13 @@ void KVCache::write(int layer, int64_t block, int off, const float* k, const flo
             hadamard_rotate(rotated.data(), kv_width_, rot);
             x = rotated.data();
         }
+        if (head_major(layer, side)) {   // one F16 row per head, each in its head's run of the block
+            fp16_t* base = (fp16_t*)(side ? v_[layer] : k_[layer]);
+            for (int h = 0; h < n_head_kv_; ++h)
+                store_row(GGMLType::F16, x + (int64_t)h * head_dim_,
+                          (uint8_t*)(base + f16_index(layer, side, block, off, (int64_t)h * head_dim_)), head_dim_);
+            continue;
+        }
         store_row(side ? types_.v : types_.k, x, side ? v_bytes(layer, block, off) : k_bytes(layer, block, off),
                   kv_width_);
     }
@@ -159,11 +168,16 @@ void KVCache::write(int layer, int64_t block, int off, const float* k, const flo
 
 void KVCache::read(bool values, int layer, int64_t block, int off, int64_t col, int n, float* dst) const {
     const GGMLType t = values ? types_.v : types_.k;
-    const uint8_t* row = values ? v_bytes(layer, block, off) : k_bytes(layer, block, off);
-    if (t == GGMLType::F16) {
-        f16_to_f32_row(reinterpret_cast<const fp16_t*>(row) + col, dst, n);
+    if (t == GGMLType::F16) {   // head by head: a head-major row is contiguous within one head only
+        const fp16_t* base = (const fp16_t*)(values ? v_[layer] : k_[layer]);
+        for (int64_t c = col, end = col + n; c < end;) {
+            const int64_t piece = std::min(end, (c / head_dim_ + 1) * head_dim_) - c;
+            f16_to_f32_row(base + f16_index(layer, values, block, off, c), dst + (c - col), (int)piece);
+            c += piece;
+        }
         return;
     }
+    const uint8_t* row = values ? v_bytes(layer, block, off) : k_bytes(layer, block, off);
     const TypeTraits* tt = type_traits(t);
     tt->dequantize(row + (size_t)(col / tt->block_elems) * tt->block_bytes, dst, n);
 }

@@ -61,13 +61,23 @@ public:
     static size_t layer_bytes(int64_t n_blocks, int block_size, int64_t kv_width, KVTypes types = {});
     Placement placement(int layer) const { return backends_[layer]->placement(); }
 
-    // Slot of (physical block, offset) in a layer: kv_width contiguous F16 values, in the
-    // memory of the layer's backend. Only for an F16 cache (the kernels that read F16 in place).
-    fp16_t* k_slot(int layer, int64_t block, int off) { return (fp16_t*)k_bytes(layer, block, off); }
-    fp16_t* v_slot(int layer, int64_t block, int off) { return (fp16_t*)v_bytes(layer, block, off); }
-    const fp16_t* k_slot(int layer, int64_t block, int off) const { return (const fp16_t*)k_bytes(layer, block, off); }
-    const fp16_t* v_slot(int layer, int64_t block, int off) const { return (const fp16_t*)v_bytes(layer, block, off); }
-
+    // The head_dim F16 values of kv head `head` at slot (physical block, offset) of a layer, in
+    // the memory of the layer's backend; only for an F16 side. Host layers keep each block's F16
+    // rows head-major, [head][slot][head_dim]: the rows of one head that an attention tile reads
+    // (up to a block's slots) are one contiguous run, which the hardware prefetchers follow,
+    // instead of 128-256 bytes every kv_width values. Device layers keep slot-major rows
+    // ([slot][head][head_dim]), as their kernels read them; quantized sides are slot-major too.
+    const fp16_t* k_row(int layer, int64_t block, int off, int head) const {
+        return (const fp16_t*)k_[layer] + f16_index(layer, false, block, off, (int64_t)head * head_dim_);
+    }
+    const fp16_t* v_row(int layer, int64_t block, int off, int head) const {
+        return (const fp16_t*)v_[layer] + f16_index(layer, true, block, off, (int64_t)head * head_dim_);
+    }
+    // F16 values from one head's row at a slot to the same head's row at the next slot of the block.
+    int64_t row_step(int layer, bool values) const { return head_major(layer, values) ? head_dim_ : kv_width_; }
+    // A device layer's K and V storage, slot-major (for that backend's kernels).
+    fp16_t* k_data(int layer) const { return (fp16_t*)k_[layer]; }
+    fp16_t* v_data(int layer) const { return (fp16_t*)v_[layer]; }
     // Host caches of any type: stores one token's k and v rows (kv_width floats each) in a slot,
     // rotated (rot_k, rot_v) and rounded or quantized to the cache's types ...
     void write(int layer, int64_t block, int off, const float* k, const float* v);
@@ -79,19 +89,33 @@ public:
     void copy_block(int64_t src, int64_t dst);
 
 private:
+    // Slot-major rows (quantized sides, device layers): one slot's kv_width values.
     const uint8_t* k_bytes(int layer, int64_t block, int off) const { return k_[layer] + slot(block, off) * k_row_; }
     const uint8_t* v_bytes(int layer, int64_t block, int off) const { return v_[layer] + slot(block, off) * v_row_; }
     uint8_t* k_bytes(int layer, int64_t block, int off) { return k_[layer] + slot(block, off) * k_row_; }
     uint8_t* v_bytes(int layer, int64_t block, int off) { return v_[layer] + slot(block, off) * v_row_; }
     size_t slot(int64_t block, int off) const { return (size_t)block * block_size_ + off; }
+    bool head_major(int layer, bool values) const {
+        return host_[layer] && (values ? types_.v : types_.k) == GGMLType::F16;
+    }
+    // Index of value `col` (of kv_width) of a slot's F16 row, in F16 values from the layer's start.
+    size_t f16_index(int layer, bool values, int64_t block, int off, int64_t col) const {
+        if (!head_major(layer, values)) return slot(block, off) * kv_width_ + col;
+        const int64_t head = col / head_dim_;
+        return (((size_t)block * n_head_kv_ + head) * block_size_ + off) * head_dim_ + col % head_dim_;
+    }
     std::vector<Backend*> backends_;              // per layer
     int64_t n_blocks_;
     int block_size_;
     int64_t kv_width_;
+    int n_head_kv_, head_dim_;
     KVTypes types_;
+    std::vector<bool> host_;                        // per layer: on the CPU backend
     int rot_k_ = 0, rot_v_ = 0;
     size_t k_row_, v_row_;                          // bytes of one slot's K row and V row
-    std::vector<std::unique_ptr<Buffer>> storage_;  // per layer: K [n_blocks][block_size][k_row_], then V
+    // Per layer: K, then V, each n_blocks blocks of block_size * k_row_ (v_row_) bytes: slot-major
+    // [slot][kv_width], or head-major [n_head_kv][slot][head_dim] (host F16, see k_row).
+    std::vector<std::unique_ptr<Buffer>> storage_;
     std::vector<uint8_t*> k_, v_;                   // per layer, into storage_
 };
 
