@@ -51,6 +51,13 @@ struct ChunkScratch {
     LineVector<float> deq;               // [16][hd]  a quantized cache's tile, dequantized
 };
 
+// This thread's scratch. Not inlined: in a shared library every use of a thread_local inside an
+// inlined loop may call __tls_get_addr again (setup_rows called it once per 16 query values).
+__attribute__((noinline)) inline ChunkScratch& thread_scratch() {
+    static thread_local ChunkScratch w;
+    return w;
+}
+
 template <typename V>
 inline void grow(V& v, size_t n) {
     if (v.size() < n) v.resize(n);
@@ -185,7 +192,7 @@ inline void pv_of_tile(const ChunkScratch& w, const Chunk& c, const Shape& sh, f
 template <class Vec>
 void attend_chunk(const KVCache& kv, int layer, const float* q, float* out, const Batch& b, const Chunk& c,
                   const Shape& sh) {
-    static thread_local ChunkScratch w;
+    ChunkScratch& w = thread_scratch();
     const int hd = sh.head_dim, R = (int)(c.t1 - c.t0) * sh.group, off = c.kv_head * hd;
     const int32_t* table = b.block_tables + (int64_t)b.seq_of_token[c.t0] * b.max_blocks;
     const int32_t first = first_visible(b.positions[c.t0], sh.window), last = b.positions[c.t1 - 1];
