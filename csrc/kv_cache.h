@@ -65,7 +65,7 @@ public:
     // the memory of the layer's backend; only for an F16 side. Host layers keep each block's F16
     // rows head-major, [head][slot][head_dim]: the rows of one head that an attention tile reads
     // (up to a block's slots) are one contiguous run, which the hardware prefetchers follow,
-    // instead of 128-256 bytes every kv_width values. Device layers keep slot-major rows
+    // instead of head_dim values out of every kv_width. Device layers keep slot-major rows
     // ([slot][head][head_dim]), as their kernels read them; quantized sides are slot-major too.
     const fp16_t* k_row(int layer, int64_t block, int off, int head) const {
         return (const fp16_t*)k_[layer] + f16_index(layer, false, block, off, (int64_t)head * head_dim_);
