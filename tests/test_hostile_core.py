@@ -21,10 +21,12 @@ SMOL = "smollm2-135m-q4_1"
 UNDER_ASAN = "asan" in os.environ.get("LD_PRELOAD", "")
 
 
-def run_isolated(code: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    """Run Python code in a fresh interpreter that imports this checkout's localllm."""
+def run_isolated(code: str, *args: str, timeout: float = 120, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run Python code in a fresh interpreter that imports this checkout's localllm (env: extra
+    variables)."""
     python_dir = Path(localllm.__file__).resolve().parent.parent
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(python_dir), os.environ.get("PYTHONPATH", "")]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(python_dir), os.environ.get("PYTHONPATH", "")]),
+               **(env or {}))
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], capture_output=True,
                           text=True, env=env, timeout=timeout)
 
@@ -53,7 +55,11 @@ def test_thread_creation_refused_by_the_os_is_an_error():
             print("RuntimeError", e)
         m = _core.Model(sys.argv[1], 2, 8)     # the process is still usable
         print("loaded", m.hparams["n_layer"])
-    """, str(model_file(SMOL)))
+    """, str(model_file(SMOL)), env={"MALLOC_ARENA_MAX": "1"})
+    # One malloc arena: glibc gives each thread that allocates an arena of its own (64 MiB of
+    # address space, up to 8 per core) that outlives the thread. On a loaded machine more of the
+    # 4000 threads ran before a stack failed, and their arenas took the margin the second model
+    # needs (1 run in 6 failed so); with one, the margin is the thread stacks' alone.
     assert out.returncode == 0, out.stderr[-2000:]
     lines = out.stdout.splitlines()
     assert lines[0].startswith("RuntimeError ThreadPool: could not start thread "), out.stdout
