@@ -88,12 +88,12 @@ inline void tile_rows(const KVCache& kv, bool values, int layer, const int32_t* 
 // The 16 rows of a tile of a quantized K or V (see tile_rows) dequantized into dst[16][hd],
 // zeros outside [valid_lo, valid_hi].
 inline void tile_dequant(const KVCache& kv, bool values, int layer, const int32_t* table, int32_t p0,
-                         int32_t valid_lo, int32_t valid_hi, int off, int hd, float* dst) {
+                         int32_t valid_lo, int32_t valid_hi, int head, int hd, float* dst) {
     const int bs = kv.block_size();
     for (int j = 0; j < kTile; ++j) {
         const int32_t p = p0 + j;
         if (p < valid_lo || p > valid_hi) std::fill(dst + (size_t)j * hd, dst + (size_t)(j + 1) * hd, 0.0f);
-        else kv.read(values, layer, table[p / bs], p % bs, off, hd, dst + (size_t)j * hd);
+        else kv.read(values, layer, table[p / bs], p % bs, (int64_t)head * hd, hd, dst + (size_t)j * hd);
     }
 }
 
@@ -102,10 +102,10 @@ inline void tile_dequant(const KVCache& kv, bool values, int layer, const int32_
 // follow them: without this, decode's K pass waited on the loads of every tile (its rows are
 // read once per step, from memory, at 2-8 cache lines a row).
 inline void prefetch_tile(const KVCache& kv, bool values, int layer, const int32_t* table, int32_t p0, int32_t valid_lo,
-                          int32_t valid_hi, int off, int hd) {
+                          int32_t valid_hi, int head, int hd) {
     if (values ? kv.types().v != GGMLType::F16 : kv.types().k != GGMLType::F16) return;
     const fp16_t* rows[kTile];
-    tile_rows(kv, values, layer, table, p0, valid_lo, valid_hi, off / hd, nullptr, rows);   // nullptr: not a key
+    tile_rows(kv, values, layer, table, p0, valid_lo, valid_hi, head, nullptr, rows);   // nullptr: not a key
     for (const fp16_t* row : rows)
         for (int b = 0; row != nullptr && b < hd * (int)sizeof(fp16_t); b += 64) __builtin_prefetch((const char*)row + b);
 }
@@ -113,14 +113,14 @@ inline void prefetch_tile(const KVCache& kv, bool values, int layer, const int32
 // K tile t of pass 1 into kt[d][16]: converted by Vec from F16, or dequantized and transposed.
 template <class Vec>
 inline void load_k(const KVCache& kv, int layer, const int32_t* table, int32_t p0, int32_t first, int32_t last,
-                   int off, int hd, ChunkScratch& w, float* kt) {
+                   int head, int hd, ChunkScratch& w, float* kt) {
     if (kv.types().k == GGMLType::F16) {
         const fp16_t* rows[kTile];
-        tile_rows(kv, false, layer, table, p0, first, last, off / hd, w.zeros.data(), rows);
+        tile_rows(kv, false, layer, table, p0, first, last, head, w.zeros.data(), rows);
         Vec::load_k_tile(rows, hd, kt);
         return;
     }
-    tile_dequant(kv, false, layer, table, p0, first, last, off, hd, w.deq.data());
+    tile_dequant(kv, false, layer, table, p0, first, last, head, hd, w.deq.data());
     for (int j = 0; j < kTile; ++j)
         for (int d = 0; d < hd; ++d) kt[(size_t)d * kTile + j] = w.deq[(size_t)j * hd + d];
 }
@@ -128,14 +128,14 @@ inline void load_k(const KVCache& kv, int layer, const int32_t* table, int32_t p
 // V tile of pass 3 into vt[16][d].
 template <class Vec>
 inline void load_v(const KVCache& kv, int layer, const int32_t* table, int32_t p0, int32_t first, int32_t last,
-                   int off, int hd, ChunkScratch& w) {
+                   int head, int hd, ChunkScratch& w) {
     if (kv.types().v == GGMLType::F16) {
         const fp16_t* rows[kTile];
-        tile_rows(kv, true, layer, table, p0, first, last, off / hd, w.zeros.data(), rows);
+        tile_rows(kv, true, layer, table, p0, first, last, head, w.zeros.data(), rows);
         Vec::load_v_tile(rows, hd, w.vt.data());
         return;
     }
-    tile_dequant(kv, true, layer, table, p0, first, last, off, hd, w.vt.data());
+    tile_dequant(kv, true, layer, table, p0, first, last, head, hd, w.vt.data());
 }
 
 // Advances [ra, rb) to the rows that see keys p0 .. p0 + n_keys - 1 (rows are ordered by
@@ -193,7 +193,7 @@ template <class Vec>
 void attend_chunk(const KVCache& kv, int layer, const float* q, float* out, const Batch& b, const Chunk& c,
                   const Shape& sh) {
     ChunkScratch& w = thread_scratch();
-    const int hd = sh.head_dim, R = (int)(c.t1 - c.t0) * sh.group, off = c.kv_head * hd;
+    const int hd = sh.head_dim, R = (int)(c.t1 - c.t0) * sh.group, head = c.kv_head;
     const int32_t* table = b.block_tables + (int64_t)b.seq_of_token[c.t0] * b.max_blocks;
     const int32_t first = first_visible(b.positions[c.t0], sh.window), last = b.positions[c.t1 - 1];
     const int32_t lo = first / kTile * kTile;                 // tiles aligned to absolute positions
@@ -209,7 +209,7 @@ void attend_chunk(const KVCache& kv, int layer, const float* q, float* out, cons
     // before the pass starts.
     constexpr int kAheadK = 4, kAheadV = 2;
     for (int t = 0; t < std::min(kAheadK, n_tiles); ++t)
-        prefetch_tile(kv, false, layer, table, lo + t * kTile, first, last, off, hd);
+        prefetch_tile(kv, false, layer, table, lo + t * kTile, first, last, head, hd);
     // Pass 1: scores, kScoreTiles tiles at a time, for the union of the rows that see them
     // (lanes a row does not see are -inf, and its softmax only reads its own tiles).
     for (int k = 0, ra = 0, rb = 0; k < n_tiles;) {
@@ -218,9 +218,9 @@ void attend_chunk(const KVCache& kv, int layer, const float* q, float* out, cons
         rows_seeing(w, R, p0, nt * kTile, ra, rb);
         if (ra < rb) {
             for (int t = kAheadK; t < kAheadK + nt && k + t < n_tiles; ++t)
-                prefetch_tile(kv, false, layer, table, p0 + t * kTile, first, last, off, hd);
+                prefetch_tile(kv, false, layer, table, p0 + t * kTile, first, last, head, hd);
             for (int t = 0; t < nt; ++t)
-                load_k<Vec>(kv, layer, table, p0 + t * kTile, first, last, off, hd, w, &w.kt[(size_t)t * hd * kTile]);
+                load_k<Vec>(kv, layer, table, p0 + t * kTile, first, last, head, hd, w, &w.kt[(size_t)t * hd * kTile]);
             Vec::score(ScoreJob{w.kt.data(), hd, sh.scale, p0, &w.qh[(int64_t)ra * hd], &w.start[ra], &w.pos[ra],
                                 &w.s[ra * span + k * kTile], span},
                        nt, rb - ra);
@@ -228,7 +228,7 @@ void attend_chunk(const KVCache& kv, int layer, const float* q, float* out, cons
         k += nt;
     }
     for (int t = 0; t < std::min(kAheadV, n_tiles); ++t)
-        prefetch_tile(kv, true, layer, table, lo + t * kTile, first, last, off, hd);
+        prefetch_tile(kv, true, layer, table, lo + t * kTile, first, last, head, hd);
     if (sh.softcap > 0.0f) softcap_rows(w.s.data(), R, span, lo, w.start.data(), w.pos.data(), sh.softcap);
     // Pass 2: softmax of each row over its own tiles.
     for (int r = 0; r < R; ++r) {
@@ -240,8 +240,8 @@ void attend_chunk(const KVCache& kv, int layer, const float* q, float* out, cons
         const int32_t p0 = lo + k * kTile;
         rows_seeing(w, R, p0, kTile, ra, rb);
         if (ra >= rb) continue;
-        if (k + kAheadV < n_tiles) prefetch_tile(kv, true, layer, table, p0 + kAheadV * kTile, first, last, off, hd);
-        load_v<Vec>(kv, layer, table, p0, first, last, off, hd, w);
+        if (k + kAheadV < n_tiles) prefetch_tile(kv, true, layer, table, p0 + kAheadV * kTile, first, last, head, hd);
+        load_v<Vec>(kv, layer, table, p0, first, last, head, hd, w);
         pv_of_tile(w, c, sh, out, k, p0, ra, rb, span,
                    [&](int n, const float* const* p, int ja, int jb, float* const* o) {
                        switch (n) {   // unrolled per row count, so the accumulators stay in registers

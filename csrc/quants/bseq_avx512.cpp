@@ -275,7 +275,7 @@ inline void load_units(const Panel& P, int64_t u, __m512i* B) {
 
 
 // is + sc * s for Q4_K / Q5_K without vpmulld, which on Zen 4 holds the vpdpbusd pipes for two
-// cycles (Q4_K 512 x 4864 x 896, 1 thread: +13%, 4864 x 1024: +20%): the unit sum s (|s| <=
+// cycles (Q4_K at 512 rows, 1 thread: 896 x 4864 +13%, 640 x 1024 +20%): the unit sum s (|s| <=
 // 32 x 31 x 127 < 2^23) splits into int16 words (s & 0xFF, s >> 8), the scale (0..63) into
 // (sc, 256 sc), and one vpdpwssd adds sc (s & 0xFF) + 256 sc (s >> 8) = sc s: the same exact
 // integer, so the same bits. Measured slower this way: Q6_K (two 16-element scales per unit)
