@@ -26,9 +26,9 @@ from test_kernels import ALL_TYPES, VEC_DOT_TYPE, T, make_acts, make_weights
 
 REPO = Path(__file__).resolve().parent.parent
 ISAS = [i for i in range(3) if _core.isa_available(i)]
-# 1-8: panels replayed into the fold; 16-63: AMX tiles from the repacked panels (Q8_0) with a
-# VNNI or zero-padded tail; 64 and more: 64-row tiles; VNNI pair kernels the rest.
-ROWS = (1, 5, 8, 16, 17, 31, 32, 35, 48, 50, 64, 90, 96, 128)
+# 1-16 (Q6_K: 1-8): panels replayed into the fold; 16-63: AMX tiles from the repacked panels
+# (Q8_0) with a VNNI or zero-padded tail; 64 and more: 64-row tiles; VNNI pair kernels the rest.
+ROWS = (1, 5, 8, 9, 13, 16, 17, 31, 32, 35, 48, 50, 64, 90, 96, 128)
 BSEQ_TYPES = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K]
 
 

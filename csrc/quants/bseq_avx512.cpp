@@ -16,6 +16,8 @@
 #include <string.h>
 
 #include <algorithm>
+#include <array>
+#include <utility>
 #include <stdexcept>
 #include <vector>
 
@@ -295,7 +297,8 @@ struct ScaleMul {
 
 // DotSink: C activation rows take in each unpacked unit: the fold of bseq.h with weight rows in
 // lanes. Fed from a packed panel (many activation rows) or straight from a replayed repacked
-// panel (decode: nothing is stored), so both paths run these very operations.
+// panel (decode: nothing is stored), so both paths run these very operations. The row loops are
+// unrolled up to 16 (GCC left C = 16 rolled, its accumulators in memory).
 template <int C>
 struct DotSink {
     const ActPack& a;
@@ -304,6 +307,7 @@ struct DotSink {
     __m512 acc[C];
     __m512i isum[C], aux[C];
     DotSink(const ActPack& a_, int64_t m_, int64_t nu_) : a(a_), m(m_), nu(nu_) {
+#pragma GCC unroll 16
         for (int c = 0; c < C; ++c) {
             x[c] = a.q + (m + c) * a.K;
             acc[c] = _mm512_setzero_ps();
@@ -312,6 +316,7 @@ struct DotSink {
     }
     template <bool kMin>
     void legacy(int64_t u, const __m512i* B, __m512 dw, __m512 mw) {
+#pragma GCC unroll 16
         for (int c = 0; c < C; ++c) {
             __m512i s = unit_sum(B, x[c] + 32 * u, 0, 8);
             const int64_t i = (m + c) * nu + u;
@@ -322,6 +327,7 @@ struct DotSink {
     }
     template <bool kQ6>
     void kunit(int64_t u, const __m512i* B, __m512i sc0, __m512i sc1, __m512i pair) {
+#pragma GCC unroll 16
         for (int c = 0; c < C; ++c) {
             const int8_t* xu = x[c] + 32 * u;
             if constexpr (kQ6) {
@@ -336,6 +342,7 @@ struct DotSink {
     template <bool kQ6>
     void kgroup(int64_t g, __m512 dw, __m512 dmin) {
         const int64_t ng = nu / 8;
+#pragma GCC unroll 16
         for (int c = 0; c < C; ++c) {
             const __m512 dx = _mm512_set1_ps(a.d[(m + c) * ng + g]);
             if constexpr (kQ6) isum[c] = _mm512_sub_epi32(isum[c], _mm512_slli_epi32(aux[c], 5));
@@ -558,33 +565,33 @@ void pack_at(GGMLType t, const uint8_t* W, size_t ws, int64_t N, int64_t nu, int
 
 }  // namespace
 
+// replay_rows<C> for C = 1 .. kReplayRows, indexed by C - 1.
+using ReplayFn = void (*)(GGMLType, const uint8_t*, size_t, int64_t, const ActPack&, int64_t, float*, int64_t,
+                          __mmask16);
+template <size_t... I>
+constexpr std::array<ReplayFn, sizeof...(I)> replay_table(std::index_sequence<I...>) {
+    return {&replay_rows<(int)I + 1>...};
+}
+constexpr auto kReplay = replay_table(std::make_index_sequence<kReplayRows>{});
+
 void replay_panels(GGMLType t, const uint8_t* W, size_t ws, int64_t N, int64_t n0, int64_t n1, const ActPack& a,
                    int64_t m, float* Y, int64_t ldy) {
     const int64_t nu = a.K / 32;
     const size_t panel_bytes = kPanel * ws;
+    const ReplayFn rows = kReplay[a.M - m - 1];
     for (int64_t p = n0; p < n1; p += kPanel) {
-        const uint8_t* panel = W + p / kPanel * panel_bytes;
         const __mmask16 lanes = (__mmask16)((1u << std::min<int64_t>(kPanel, N - p)) - 1);
-        switch (a.M - m) {
-            case 8: replay_rows<8>(t, panel, panel_bytes, nu, a, m, Y + p, ldy, lanes); break;
-            case 7: replay_rows<7>(t, panel, panel_bytes, nu, a, m, Y + p, ldy, lanes); break;
-            case 6: replay_rows<6>(t, panel, panel_bytes, nu, a, m, Y + p, ldy, lanes); break;
-            case 5: replay_rows<5>(t, panel, panel_bytes, nu, a, m, Y + p, ldy, lanes); break;
-            case 4: replay_rows<4>(t, panel, panel_bytes, nu, a, m, Y + p, ldy, lanes); break;
-            case 3: replay_rows<3>(t, panel, panel_bytes, nu, a, m, Y + p, ldy, lanes); break;
-            case 2: replay_rows<2>(t, panel, panel_bytes, nu, a, m, Y + p, ldy, lanes); break;
-            default: replay_rows<1>(t, panel, panel_bytes, nu, a, m, Y + p, ldy, lanes); break;
-        }
+        rows(t, W + p / kPanel * panel_bytes, panel_bytes, nu, a, m, Y + p, ldy, lanes);
     }
 }
 
 void matmul_avx512(GGMLType t, const uint8_t* W, size_t ws, int64_t N, int64_t n0, int64_t n1,
                    const ActPack& a, float* Y, int64_t ldy, bool use_amx, bool repacked) {
     const int64_t nu = a.K / 32;
-    if (repacked && a.M <= kReplayRows) return replay_panels(t, W, ws, N, n0, n1, a, 0, Y, ldy);
-    if (!repacked && a.M <= kDirectRows) return matmul_direct(t, W, ws, N, n0, n1, a, Y, ldy);
     if (repacked && use_amx && amx_reads_repacked(t, a.M) && amx_q8_0_repacked(W, ws, N, n0, n1, a, Y, ldy) == a.M)
         return;
+    if (repacked && a.M <= replay_rows_max(t)) return replay_panels(t, W, ws, N, n0, n1, a, 0, Y, ldy);
+    if (!repacked && a.M <= kDirectRows) return matmul_direct(t, W, ws, N, n0, n1, a, Y, ldy);
     thread_local PanelBuffer buf, buf_pair;
     const Panel P = buf.get(nu);
     for (int64_t mb = 0; mb < a.M; mb += kActBlock) {

@@ -78,13 +78,15 @@ int64_t amx_q8_0_repacked(const uint8_t* W, size_t ws, int64_t N, int64_t n0, in
                           float* Y, int64_t ldy);
 
 // Activation rows [m, a.M) (1 to kReplayRows of them) against weight rows [n0, n1) of a repacked
-// weight, each panel unpacked straight into the VNNI fold (nothing stored): batches of up to 8
-// rows (decode steps of a few sequences, speculative drafts), and the rows past
-// amx_q8_0_repacked's blocks of 16. Measured (stop 35, 2 threads, 4864 x 1024 of every type at
-// 4 / 6 / 8 rows): 5-45% faster than unpacking each panel pair once for the pair kernels; at 12
-// rows the two tied, at 16 the pair kernels won. In the engine's decode step (stop 35): SmolLM2
-// at 4 / 8 sequences +26-30% / +22-24% tokens/s, Gemma3 +10-13% / +4-9%, Qwen2.5 at 8 +16-23%.
-constexpr int64_t kReplayRows = 8;
+// weight, each panel unpacked straight into the VNNI fold (nothing stored): decode steps of up
+// to 16 sequences, speculative drafts, and the rows past amx_q8_0_repacked's blocks of 16.
+// Measured against unpacking each panel pair once for the pair kernels (stop 35, 2 threads,
+// 4864 x 1024 of every type at 4 / 6 / 8 rows): 5-45% faster. At 9-16 rows the fold of 16 rows
+// is unrolled in registers (stop 39, Sapphire Rapids class, 1 thread, 16 rows of 4864 x 896 /
+// 1024): Q4_0 / Q4_1 / Q5_1 +10-20%, Q5_0 +7% (896 x 4864), Q4_K +0-6%, Q5_K even, Q6_K 7-12%
+// slower, so Q6_K keeps the pair kernels from 9 rows on (replay_rows_max).
+constexpr int64_t kReplayRows = 16;
+inline int64_t replay_rows_max(GGMLType t) { return t == GGMLType::Q6_K ? 8 : kReplayRows; }
 void replay_panels(GGMLType t, const uint8_t* W, size_t ws, int64_t N, int64_t n0, int64_t n1, const ActPack& a,
                    int64_t m, float* Y, int64_t ldy);
 
