@@ -184,6 +184,7 @@ void setup_rows(const float* q, float* out, const Batch& b, const Chunk& c, cons
 // The vector code of attention_chunk.h's three passes.
 struct Avx2 {
     static constexpr int kScoreTiles = 1;
+    static constexpr int kPvF16Rows = 0;   // no pv_f16: pass 3 always converts the tile first
     static void setup_rows(const float* q, float* out, const Batch& b, const Chunk& c, const Shape& sh,
                            ChunkScratch& w) {
         lll::attn_detail::setup_rows(q, out, b, c, sh, w);

@@ -150,18 +150,29 @@ void softmax_row(float* s, int n_tiles) {
 // For NR rows r: out_r[d] = fma(p_r[j], v_j[d], out_r[d]) for keys j = ja..jb of the tile, in order
 // (each lane a sequential FMA chain over keys). DV vectors of d at a time; NR * DV independent
 // accumulators hide the FMA latency, and each V load serves NR rows.
-template <int DV, int NR>
-void pv_tile(const float* vt, int hd, const float* const* p, int ja, int jb, float* const* out) {
+// V values of a tile: f32 rows converted once (vt[16][hd]), or the cache's F16 rows read and
+// converted in place (rows[16]).
+struct VF32 {
+    const float* vt;
+    int hd;
+    __m512 load(int j, int d) const { return _mm512_loadu_ps(vt + j * hd + d); }
+};
+struct VF16 {
+    const fp16_t* const* rows;
+    __m512 load(int j, int d) const { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(rows[j] + d))); }
+};
+
+template <int DV, int NR, class V>
+void pv_tile(const V& v, int hd, const float* const* p, int ja, int jb, float* const* out) {
     for (int d0 = 0; d0 < hd; d0 += DV * 16) {
         __m512 acc[NR][DV];
         for (int r = 0; r < NR; ++r)
             for (int i = 0; i < DV; ++i) acc[r][i] = _mm512_loadu_ps(out[r] + d0 + 16 * i);
         for (int j = ja; j <= jb; ++j) {
-            const float* v = vt + j * hd + d0;
             __m512 pj[NR];
             for (int r = 0; r < NR; ++r) pj[r] = _mm512_set1_ps(p[r][j]);
             for (int i = 0; i < DV; ++i) {
-                __m512 vv = _mm512_loadu_ps(v + 16 * i);
+                __m512 vv = v.load(j, d0 + 16 * i);
                 __asm__("" : "+v"(vv));   // one load for NR FMAs, not folded into each of them
                 for (int r = 0; r < NR; ++r) acc[r][i] = _mm512_fmadd_ps(pj[r], vv, acc[r][i]);
             }
@@ -171,10 +182,10 @@ void pv_tile(const float* vt, int hd, const float* const* p, int ja, int jb, flo
     }
 }
 
-template <int NR>
-void pv_rows(const float* vt, int hd, const float* const* p, int ja, int jb, float* const* out) {
-    if (hd % 64 == 0) pv_tile<4, NR>(vt, hd, p, ja, jb, out);
-    else pv_tile<1, NR>(vt, hd, p, ja, jb, out);
+template <int NR, class V>
+void pv_rows(const V& v, int hd, const float* const* p, int ja, int jb, float* const* out) {
+    if (hd % 64 == 0) pv_tile<4, NR>(v, hd, p, ja, jb, out);
+    else pv_tile<1, NR>(v, hd, p, ja, jb, out);
 }
 
 // Rows of the chunk: F16-rounded queries, visible ranges; output rows zeroed (PV accumulates).
@@ -209,7 +220,15 @@ struct Avx512 {
     static void load_v_tile(const fp16_t* const* rows, int hd, float* vt) { lll::attn_detail::load_v_tile(rows, hd, vt); }
     template <int NR>
     static void pv(const float* vt, int hd, const float* const* p, int ja, int jb, float* const* o) {
-        pv_rows<NR>(vt, hd, p, ja, jb, o);
+        pv_rows<NR>(VF32{vt, hd}, hd, p, ja, jb, o);
+    }
+    // Pass 3 straight from the F16 rows, for chunks of up to kPvF16Rows rows (decode: one call per
+    // tile converts each V value once, where converting the tile into vt first stored and
+    // reloaded it); longer chunks convert each tile once into vt, which every row group reads.
+    static constexpr int kPvF16Rows = 4;
+    template <int NR>
+    static void pv_f16(const fp16_t* const* rows, int hd, const float* const* p, int ja, int jb, float* const* o) {
+        pv_rows<NR>(VF16{rows}, hd, p, ja, jb, o);
     }
 };
 

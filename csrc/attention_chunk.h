@@ -13,6 +13,7 @@
 #pragma once
 #include <algorithm>
 #include <new>
+#include <type_traits>
 #include <vector>
 #include "attention.h"
 #include "fp16.h"
@@ -181,6 +182,18 @@ inline void pv_of_tile(const ChunkScratch& w, const Chunk& c, const Shape& sh, f
     }
 }
 
+// Calls pv(std::integral_constant<int, n>) for n = 1..4 rows: unrolled per row count, so the
+// accumulators stay in registers.
+template <class PV>
+inline void pv_rows(int n, PV pv) {
+    switch (n) {
+        case 4: pv(std::integral_constant<int, 4>{}); break;
+        case 3: pv(std::integral_constant<int, 3>{}); break;
+        case 2: pv(std::integral_constant<int, 2>{}); break;
+        default: pv(std::integral_constant<int, 1>{}); break;
+    }
+}
+
 // One chunk, with the vector code of Vec:
 //   Vec::kScoreTiles                      tiles scored per step of pass 1
 //   Vec::setup_rows(q, out, b, c, sh, w)  F16-rounded queries, visible ranges, outputs zeroed
@@ -236,21 +249,27 @@ void attend_chunk(const KVCache& kv, int layer, const float* q, float* out, cons
         Vec::softmax_row(&w.s[r * span + k0 * kTile], k1 - k0 + 1);
     }
     // Pass 3: probabilities times V.
+    const bool f16_rows = Vec::kPvF16Rows > 0 && kv.types().v == GGMLType::F16 && R <= Vec::kPvF16Rows;
     for (int k = 0, ra = 0, rb = 0; k < n_tiles; ++k) {
         const int32_t p0 = lo + k * kTile;
         rows_seeing(w, R, p0, kTile, ra, rb);
         if (ra >= rb) continue;
         if (k + kAheadV < n_tiles) prefetch_tile(kv, true, layer, table, p0 + kAheadV * kTile, first, last, head, hd);
+        if constexpr (Vec::kPvF16Rows > 0) {
+            if (f16_rows) {
+                const fp16_t* rows[kTile];
+                tile_rows(kv, true, layer, table, p0, first, last, head, w.zeros.data(), rows);
+                pv_of_tile(w, c, sh, out, k, p0, ra, rb, span,
+                           [&](int n, const float* const* p, int ja, int jb, float* const* o) {
+                               pv_rows(n, [&](auto nr) { Vec::template pv_f16<decltype(nr)::value>(rows, hd, p, ja, jb, o); });
+                           });
+                continue;
+            }
+        }
         load_v<Vec>(kv, layer, table, p0, first, last, head, hd, w);
-        pv_of_tile(w, c, sh, out, k, p0, ra, rb, span,
-                   [&](int n, const float* const* p, int ja, int jb, float* const* o) {
-                       switch (n) {   // unrolled per row count, so the accumulators stay in registers
-                           case 4: Vec::template pv<4>(w.vt.data(), hd, p, ja, jb, o); break;
-                           case 3: Vec::template pv<3>(w.vt.data(), hd, p, ja, jb, o); break;
-                           case 2: Vec::template pv<2>(w.vt.data(), hd, p, ja, jb, o); break;
-                           default: Vec::template pv<1>(w.vt.data(), hd, p, ja, jb, o); break;
-                       }
-                   });
+        pv_of_tile(w, c, sh, out, k, p0, ra, rb, span, [&](int n, const float* const* p, int ja, int jb, float* const* o) {
+            pv_rows(n, [&](auto nr) { Vec::template pv<decltype(nr)::value>(w.vt.data(), hd, p, ja, jb, o); });
+        });
     }
 }
 
