@@ -252,6 +252,58 @@ inline float q8_block_avx512(const float* x, int8_t* y_qs, int32_t* sum) {
     return d;
 }
 
+// Lane b of the result = op over the 16 lanes of v[b] (v is clobbered): 16 reductions in four
+// rounds of paired shuffles, 45 shuffles and ops against 16 x 8 for reducing each vector alone.
+// After the rounds lane 4k + j holds vector k + 4j; the final permute puts vector b in lane b.
+template <class Op>
+inline __m512 reduce16(__m512* v, Op op) {
+    for (int i = 0; i < 8; ++i)   // 128-bit quarters: lanes 0-7 vector 2i, 8-15 vector 2i + 1
+        v[i] = op(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44), _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xEE));
+    for (int i = 0; i < 4; ++i)   // quarter k: vector 4i + k
+        v[i] = op(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x88), _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xDD));
+    for (int i = 0; i < 2; ++i)   // quarter k: vectors 8i + k, 8i + k + 4, two lanes each
+        v[i] = op(_mm512_shuffle_ps(v[2 * i], v[2 * i + 1], 0x44), _mm512_shuffle_ps(v[2 * i], v[2 * i + 1], 0xEE));
+    const __m512 z = op(_mm512_shuffle_ps(v[0], v[1], 0x88), _mm512_shuffle_ps(v[0], v[1], 0xDD));
+    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), z);
+}
+
+// 16 consecutive Q8_0 / Q8_1 blocks: q8_block_avx512's values block by block (the same amax,
+// d = amax / 127, quants and sums; both roundings to F16 are IEEE round-to-nearest-even, as
+// f32_to_fp16), with the per-block horizontal reductions and F16 conversions done 16 at a time.
+template <class Block, bool kSum>
+void q8_blocks16_avx512(const float* x, Block* y) {
+    __m512 m[16];
+    for (int b = 0; b < 16; ++b)
+        m[b] = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + 32 * b)), _mm512_abs_ps(_mm512_loadu_ps(x + 32 * b + 16)));
+    const __m512 amax = reduce16(m, [](__m512 a, __m512 b) { return _mm512_max_ps(a, b); });
+    const __m512 d = _mm512_div_ps(amax, _mm512_set1_ps(127.f));
+    const __mmask16 nonzero = _mm512_cmp_ps_mask(amax, _mm512_setzero_ps(), _CMP_NEQ_UQ);
+    alignas(64) float id[16];
+    _mm512_store_ps(id, _mm512_maskz_div_ps(nonzero, _mm512_set1_ps(127.f), amax));
+    __m512 sums[16];
+    for (int b = 0; b < 16; ++b) {
+        const __m512 ib = _mm512_set1_ps(id[b]);
+        const __m512i i0 = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + 32 * b), ib));
+        const __m512i i1 = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + 32 * b + 16), ib));
+        _mm_storeu_si128((__m128i*)y[b].qs, _mm512_cvtsepi32_epi8(i0));
+        _mm_storeu_si128((__m128i*)(y[b].qs + 16), _mm512_cvtsepi32_epi8(i1));
+        if constexpr (kSum) sums[b] = _mm512_castsi512_ps(_mm512_add_epi32(i0, i1));
+    }
+    alignas(32) fp16_t dh[16], sh[16];
+    _mm256_store_si256((__m256i*)dh, _mm512_cvtps_ph(d, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    if constexpr (kSum) {
+        const __m512i sum = _mm512_castps_si512(reduce16(sums, [](__m512 a, __m512 b) {
+            return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(a), _mm512_castps_si512(b)));
+        }));
+        const __m512 s = _mm512_mul_ps(d, _mm512_cvtepi32_ps(sum));
+        _mm256_store_si256((__m256i*)sh, _mm512_cvtps_ph(s, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+    for (int b = 0; b < 16; ++b) {
+        y[b].d = dh[b];
+        if constexpr (kSum) y[b].s = sh[b];
+    }
+}
+
 void q8_K_avx512(const float* x, block_q8_K* y, int64_t nb) {
     for (int64_t i = 0; i < nb; ++i, x += QK_K) {
         __m512 amax_v = _mm512_setzero_ps();
@@ -301,7 +353,9 @@ bool quantize_act_avx512(GGMLType type, const float* x, void* dst, int64_t n) {
     switch (type) {
         case GGMLType::Q8_0: {
             block_q8_0* y = (block_q8_0*)dst;
-            for (int64_t i = 0; i < n / QK8_0; ++i) {
+            int64_t i = 0;
+            for (; i + 16 <= n / QK8_0; i += 16) q8_blocks16_avx512<block_q8_0, false>(x + i * 32, y + i);
+            for (; i < n / QK8_0; ++i) {
                 int32_t sum;
                 y[i].d = f32_to_fp16(q8_block_avx512(x + i * 32, y[i].qs, &sum));
             }
@@ -309,7 +363,9 @@ bool quantize_act_avx512(GGMLType type, const float* x, void* dst, int64_t n) {
         }
         case GGMLType::Q8_1: {
             block_q8_1* y = (block_q8_1*)dst;
-            for (int64_t i = 0; i < n / QK8_1; ++i) {
+            int64_t i = 0;
+            for (; i + 16 <= n / QK8_1; i += 16) q8_blocks16_avx512<block_q8_1, true>(x + i * 32, y + i);
+            for (; i < n / QK8_1; ++i) {
                 int32_t sum;
                 const float d = q8_block_avx512(x + i * 32, y[i].qs, &sum);
                 y[i].d = f32_to_fp16(d);
