@@ -6,7 +6,8 @@
 //      chain over d per lane; keys outside a row's range -> -inf (then the optional soft-cap).
 //   2. per row: max, exp, double sum in 16 lanes (lane = key position % 16), probabilities
 //      rounded to F16.
-//   3. V tile -> f32 vt[16][d]; per row, out[d] += p_j * v_j[d] over its keys in order.
+//   3. V tile -> f32 vt[16][d] (chunks of a few rows read the F16 rows in place instead); per
+//      row, out[d] += p_j * v_j[d] over its keys in order.
 // A quantized cache (Q8_0 / Q4_0 K or V) has its tiles dequantized to f32 by the cache instead
 // of converted from F16 by Vec: the same exact values reach the same float operations.
 // Scalar reference: attend_row_scalar in attention.cpp (the same float operations per row).
@@ -202,6 +203,8 @@ inline void pv_rows(int n, PV pv) {
 //   Vec::softmax_row(s, n_tiles)          pass 2 for one row
 //   Vec::load_v_tile(rows, hd, vt)        vt[j][d] = V[j][d]
 //   Vec::pv<NR>(vt, hd, p, ja, jb, out)   pass 3 for NR <= 4 rows with the same keys ja..jb
+//   Vec::kPvF16Rows                       chunks of up to this many rows take pass 3 from F16
+//   Vec::pv_f16<NR>(rows, hd, p, ja, jb, out)  that pass 3 (only when kPvF16Rows > 0)
 template <class Vec>
 void attend_chunk(const KVCache& kv, int layer, const float* q, float* out, const Batch& b, const Chunk& c,
                   const Shape& sh) {
