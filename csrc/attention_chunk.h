@@ -186,7 +186,7 @@ inline void pv_of_tile(const ChunkScratch& w, const Chunk& c, const Shape& sh, f
 // Calls pv(std::integral_constant<int, n>) for n = 1..4 rows: unrolled per row count, so the
 // accumulators stay in registers.
 template <class PV>
-inline void pv_rows(int n, PV pv) {
+inline void with_row_count(int n, PV pv) {
     switch (n) {
         case 4: pv(std::integral_constant<int, 4>{}); break;
         case 3: pv(std::integral_constant<int, 3>{}); break;
@@ -264,14 +264,14 @@ void attend_chunk(const KVCache& kv, int layer, const float* q, float* out, cons
                 tile_rows(kv, true, layer, table, p0, first, last, head, w.zeros.data(), rows);
                 pv_of_tile(w, c, sh, out, k, p0, ra, rb, span,
                            [&](int n, const float* const* p, int ja, int jb, float* const* o) {
-                               pv_rows(n, [&](auto nr) { Vec::template pv_f16<decltype(nr)::value>(rows, hd, p, ja, jb, o); });
+                               with_row_count(n, [&](auto nr) { Vec::template pv_f16<decltype(nr)::value>(rows, hd, p, ja, jb, o); });
                            });
                 continue;
             }
         }
         load_v<Vec>(kv, layer, table, p0, first, last, head, hd, w);
         pv_of_tile(w, c, sh, out, k, p0, ra, rb, span, [&](int n, const float* const* p, int ja, int jb, float* const* o) {
-            pv_rows(n, [&](auto nr) { Vec::template pv<decltype(nr)::value>(w.vt.data(), hd, p, ja, jb, o); });
+            with_row_count(n, [&](auto nr) { Vec::template pv<decltype(nr)::value>(w.vt.data(), hd, p, ja, jb, o); });
         });
     }
 }
