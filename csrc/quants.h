@@ -16,6 +16,8 @@ bool isa_available(Isa isa);         // compiled in and supported by this CPU
 const char* isa_name(Isa isa);
 // Whether the repacked decode kernels (1-3 rows) prefetch panels ahead in software (isa.cpp).
 bool replay_prefetch_pays();
+// Whether Q6_K's prompt kernels scale unit sums with shuffle + vpdpwssd instead of vpmulld (isa.cpp).
+bool q6k_scale_split_pays();
 
 // ---- reference conversions (csrc/quants/ref_*.cpp); n is a multiple of the block size ----
 // dequantize_row: blocks of type `type` -> n floats.  Supported: every type in blocks.h.

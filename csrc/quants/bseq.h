@@ -45,7 +45,7 @@ struct ActPack {
     int8_t* q = nullptr;          // [M][K]
     float* d = nullptr;           // [M][n_groups]            activation scale per group
     float* s = nullptr;           // [M][n_units]             Q8_1 s (Q4_1 / Q5_1)
-    int32_t* bias = nullptr;      // [M][n_units]             bias * sum x per unit (Q4_0/Q5_0/Q8_0)
+    int32_t* nbias = nullptr;     // [M][n_units]             -(bias * sum x) per unit (Q4_0/Q5_0/Q8_0)
     int32_t* bsum = nullptr;      // [M][K / 32]              K-quants: pairs of int16 16-sums
 };
 

@@ -125,7 +125,7 @@ inline __m256i unit_sum(const __m256i* B, const __m256i* A, const int8_t* x) {
 // (and the min term). Q8_0's sum is already sum q x; the 4/5-bit types subtract the bias.
 template <GGMLType T>
 inline __m256 fold(__m256i s, __m256 dw, __m256 mw, const ActPack& a, int64_t i, __m256 acc) {
-    if constexpr (T == GGMLType::Q4_0 || T == GGMLType::Q5_0) s = _mm256_sub_epi32(s, _mm256_set1_epi32(a.bias[i]));
+    if constexpr (T == GGMLType::Q4_0 || T == GGMLType::Q5_0) s = _mm256_add_epi32(s, _mm256_set1_epi32(a.nbias[i]));
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, _mm256_set1_ps(a.d[i])), acc);
     if constexpr (has_min(T)) acc = _mm256_fmadd_ps(mw, _mm256_set1_ps(a.s[i]), acc);
     return acc;

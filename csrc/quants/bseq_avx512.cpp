@@ -262,8 +262,10 @@ struct NullSink {
 // Exact unit sums (4 products per dpbusd per lane) of units u for activation row x.
 // Two independent dpbusd chains, added at the end: the sum is exact either way, and a single
 // chain of eight 5-cycle dpbusd is what bounded the one-row decode kernels.
-inline __m512i unit_sum(const __m512i* B, const int8_t* x, int k0, int k1) {
-    __m512i c0 = _mm512_setzero_si512(), c1 = _mm512_setzero_si512();
+// c0 starts at `init` (the unit's -bias term for Q4_0 / Q5_0 / Q8_0: a broadcast load in place of
+// a subtraction; the integer is the same).
+inline __m512i unit_sum(const __m512i* B, const int8_t* x, int k0, int k1, __m512i init = _mm512_setzero_si512()) {
+    __m512i c0 = init, c1 = _mm512_setzero_si512();
     for (int kg = k0; kg < k1; kg += 2) {
         c0 = _mm512_dpbusd_epi32(c0, B[kg], bcast4(x + 4 * kg));
         c1 = _mm512_dpbusd_epi32(c1, B[kg + 1], bcast4(x + 4 * kg + 4));
@@ -278,10 +280,10 @@ inline void load_units(const Panel& P, int64_t u, __m512i* B) {
 
 // is + sc * s for Q4_K / Q5_K without vpmulld, which on Zen 4 holds the vpdpbusd pipes for two
 // cycles (Q4_K at 512 rows, 1 thread: 896 x 4864 +13%, 640 x 1024 +20%): the unit sum s (|s| <=
-// 32 x 31 x 127 < 2^23) splits into int16 words (s & 0xFF, s >> 8), the scale (0..63) into
-// (sc, 256 sc), and one vpdpwssd adds sc (s & 0xFF) + 256 sc (s >> 8) = sc s: the same exact
-// integer, so the same bits. Measured slower this way: Q6_K (two 16-element scales per unit)
-// and the 1-8 row kernels of DotSink.
+// 32 x 63 x 127 < 2^23) splits into int16 words (s & 0xFF, s >> 8), the scale (a signed byte)
+// into (sc, 256 sc), and one vpdpwssd adds sc (s & 0xFF) + 256 sc (s >> 8) = sc s: the same
+// exact integer, so the same bits. Q6_K (two 16-element scales per unit) measured slower this
+// way on Zen 4 and faster on Intel (q6k_scale_split_pays); the 1-8 row kernels of DotSink, slower.
 struct ScaleMul {
     __m512i split, pair;   // vpshufb indexes; they select within 128-bit lanes, 0x80 gives zero
     ScaleMul() {
@@ -318,9 +320,8 @@ struct DotSink {
     void legacy(int64_t u, const __m512i* B, __m512 dw, __m512 mw) {
 #pragma GCC unroll 16
         for (int c = 0; c < C; ++c) {
-            __m512i s = unit_sum(B, x[c] + 32 * u, 0, 8);
             const int64_t i = (m + c) * nu + u;
-            if constexpr (!kMin) s = _mm512_sub_epi32(s, _mm512_set1_epi32(a.bias[i]));
+            const __m512i s = unit_sum(B, x[c] + 32 * u, 0, 8, kMin ? _mm512_setzero_si512() : _mm512_set1_epi32(a.nbias[i]));
             acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(a.d[i])), acc[c]);
             if constexpr (kMin) acc[c] = _mm512_fmadd_ps(mw, _mm512_set1_ps(a.s[i]), acc[c]);
         }
@@ -390,8 +391,8 @@ void kernel_legacy_pair(const Panel& P0, const Panel& P1, int64_t nu, const ActP
     const int8_t* x[C];
     for (int c = 0; c < C; ++c) x[c] = a.q + (m + c) * a.K;
     for (int64_t u = 0; u < nu; ++u) {
-        __m512i s0[C], s1[C];
-        for (int c = 0; c < C; ++c) s0[c] = s1[c] = _mm512_setzero_si512();
+        __m512i s0[C], s1[C];   // start at the unit's -bias term (unit_sum)
+        for (int c = 0; c < C; ++c) s0[c] = s1[c] = kMin ? _mm512_setzero_si512() : _mm512_set1_epi32(a.nbias[(m + c) * nu + u]);
         const uint8_t* q0 = P0.q + u * 512;
         const uint8_t* q1 = P1.q + u * 512;
         for (int kg = 0; kg < 8; ++kg) {
@@ -405,11 +406,6 @@ void kernel_legacy_pair(const Panel& P0, const Panel& P1, int64_t nu, const ActP
         const __m512 dw0 = _mm512_load_ps(P0.d + 16 * u), dw1 = _mm512_load_ps(P1.d + 16 * u);
         for (int c = 0; c < C; ++c) {
             const int64_t i = (m + c) * nu + u;
-            if constexpr (!kMin) {
-                const __m512i bias = _mm512_set1_epi32(a.bias[i]);
-                s0[c] = _mm512_sub_epi32(s0[c], bias);
-                s1[c] = _mm512_sub_epi32(s1[c], bias);
-            }
             const __m512 dx = _mm512_set1_ps(a.d[i]);
             acc0[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0[c]), _mm512_mul_ps(dw0, dx), acc0[c]);
             acc1[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1[c]), _mm512_mul_ps(dw1, dx), acc1[c]);
@@ -423,8 +419,9 @@ void kernel_legacy_pair(const Panel& P0, const Panel& P1, int64_t nu, const ActP
 }
 
 // One unit of kernel_kquant_pair: the exact unit sums of C rows x two panels, scaled into the
-// group sums is0 / is1.
-template <int C, bool kQ6>
+// group sums is0 / is1, by ScaleMul (kSplit) or by vpmulld (Q6_K where q6k_scale_split_pays is
+// false; Q6_K has two scales per unit).
+template <int C, bool kQ6, bool kSplit>
 __attribute__((always_inline)) inline void kquant_unit_pair(const Panel& P0, const Panel& P1, const int8_t* const* x,
                                                             int64_t u, const ScaleMul& mul, __m512i* is0, __m512i* is1) {
     constexpr int kHalves = kQ6 ? 2 : 1;   // Q6_K: a scale per 16 elements, two per unit
@@ -443,9 +440,9 @@ __attribute__((always_inline)) inline void kquant_unit_pair(const Panel& P0, con
         }
         __m512i sc0 = _mm512_load_si512(P0.sc + 32 * u + 16 * h);
         __m512i sc1 = _mm512_load_si512(P1.sc + 32 * u + 16 * h);
-        if constexpr (!kQ6) sc0 = mul.scale_pair(sc0), sc1 = mul.scale_pair(sc1);
+        if constexpr (kSplit) sc0 = mul.scale_pair(sc0), sc1 = mul.scale_pair(sc1);
         for (int c = 0; c < C; ++c) {
-            if constexpr (kQ6) {   // two scales per unit: here vpmulld measured faster
+            if constexpr (!kSplit) {
                 is0[c] = _mm512_add_epi32(is0[c], _mm512_mullo_epi32(sc0, s0[c]));
                 is1[c] = _mm512_add_epi32(is1[c], _mm512_mullo_epi32(sc1, s1[c]));
             } else {
@@ -459,7 +456,7 @@ __attribute__((always_inline)) inline void kquant_unit_pair(const Panel& P0, con
 // The same pairing for the K-quants. The integer sums are exact in any order, so the min terms
 // (aux) are summed at the end of each scale group instead of per unit, which keeps the unit loop
 // within the registers (2C chains and 2C group sums); the float fold is DotSink::kgroup's.
-template <int C, bool kQ6>
+template <int C, bool kQ6, bool kSplit>
 void kernel_kquant_pair(const Panel& P0, const Panel& P1, int64_t nu, const ActPack& a, int64_t m,
                         __m512* acc0, __m512* acc1) {
     const int64_t ng = nu / 8;
@@ -470,20 +467,28 @@ void kernel_kquant_pair(const Panel& P0, const Panel& P1, int64_t nu, const ActP
         __m512i is0[C], is1[C];
         for (int c = 0; c < C; ++c) is0[c] = is1[c] = _mm512_setzero_si512();
         if constexpr (kQ6) {
-            for (int64_t u = 8 * g; u < 8 * g + 8; ++u) kquant_unit_pair<C, kQ6>(P0, P1, x, u, mul, is0, is1);
+            for (int64_t u = 8 * g; u < 8 * g + 8; ++u) kquant_unit_pair<C, kQ6, kSplit>(P0, P1, x, u, mul, is0, is1);
         } else {   // unrolled, GCC keeps the group sums in registers instead of copying them
                    // around the loop (Q4_K 512 x 896 x 4864, 1 thread: +8%; Q6_K unrolled: -3%)
 #pragma GCC unroll 8
-            for (int64_t u = 8 * g; u < 8 * g + 8; ++u) kquant_unit_pair<C, kQ6>(P0, P1, x, u, mul, is0, is1);
+            for (int64_t u = 8 * g; u < 8 * g + 8; ++u) kquant_unit_pair<C, kQ6, kSplit>(P0, P1, x, u, mul, is0, is1);
+        }
+        // The min sums of all C rows, unit by unit: 2C independent dpwssd chains (row by row,
+        // each row's two chains of 8 waited out the dpwssd latency in turn).
+        __m512i aux0s[C], aux1s[C];
+        for (int c = 0; c < C; ++c) aux0s[c] = aux1s[c] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int64_t u = 8 * g; u < 8 * g + 8; ++u) {
+            const __m512i pair0 = _mm512_load_si512(P0.pair + 16 * u), pair1 = _mm512_load_si512(P1.pair + 16 * u);
+            for (int c = 0; c < C; ++c) {
+                const __m512i bs = _mm512_set1_epi32(a.bsum[(m + c) * nu + u]);
+                aux0s[c] = _mm512_dpwssd_epi32(aux0s[c], pair0, bs);
+                aux1s[c] = _mm512_dpwssd_epi32(aux1s[c], pair1, bs);
+            }
         }
         const __m512 dw0 = _mm512_load_ps(P0.d + 16 * g), dw1 = _mm512_load_ps(P1.d + 16 * g);
         for (int c = 0; c < C; ++c) {
-            __m512i aux0 = _mm512_setzero_si512(), aux1 = _mm512_setzero_si512();
-            for (int64_t u = 8 * g; u < 8 * g + 8; ++u) {
-                const __m512i bs = _mm512_set1_epi32(a.bsum[(m + c) * nu + u]);
-                aux0 = _mm512_dpwssd_epi32(aux0, _mm512_load_si512(P0.pair + 16 * u), bs);
-                aux1 = _mm512_dpwssd_epi32(aux1, _mm512_load_si512(P1.pair + 16 * u), bs);
-            }
+            const __m512i aux0 = aux0s[c], aux1 = aux1s[c];
             const __m512 dx = _mm512_set1_ps(a.d[(m + c) * ng + g]);
             if constexpr (kQ6) {
                 is0[c] = _mm512_sub_epi32(is0[c], _mm512_slli_epi32(aux0, 5));
@@ -507,8 +512,11 @@ void run_rows_pair(GGMLType t, const Panel& P0, const Panel& P1, int64_t nu, con
     for (int c = 0; c < C; ++c) acc0[c] = acc1[c] = _mm512_setzero_ps();
     switch (t) {
         case GGMLType::Q4_1: case GGMLType::Q5_1: kernel_legacy_pair<C, true>(P0, P1, nu, a, m, acc0, acc1); break;
-        case GGMLType::Q4_K: case GGMLType::Q5_K: kernel_kquant_pair<C, false>(P0, P1, nu, a, m, acc0, acc1); break;
-        case GGMLType::Q6_K: kernel_kquant_pair<C, true>(P0, P1, nu, a, m, acc0, acc1); break;
+        case GGMLType::Q4_K: case GGMLType::Q5_K: kernel_kquant_pair<C, false, true>(P0, P1, nu, a, m, acc0, acc1); break;
+        case GGMLType::Q6_K:
+            if (q6k_scale_split_pays()) kernel_kquant_pair<C, true, true>(P0, P1, nu, a, m, acc0, acc1);
+            else kernel_kquant_pair<C, true, false>(P0, P1, nu, a, m, acc0, acc1);
+            break;
         default: kernel_legacy_pair<C, false>(P0, P1, nu, a, m, acc0, acc1); break;
     }
     for (int c = 0; c < C; ++c) {

@@ -166,7 +166,7 @@ __m512 direct_legacy(const Rows& R, int64_t nu, const ActPack& a, int64_t m) {
             const int64_t u = 2 * j + k, i = m * nu + u;
             const __m512i dm = R.gather((size_t)u * kBytes);
             __m512i s = f[k];
-            if constexpr (!kMin) s = _mm512_sub_epi32(s, _mm512_set1_epi32(a.bias[i]));
+            if constexpr (!kMin) s = _mm512_add_epi32(s, _mm512_set1_epi32(a.nbias[i]));
             acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(f16_low(dm), _mm512_set1_ps(a.d[i])), acc);
             if constexpr (kMin) acc = _mm512_fmadd_ps(f16_high(dm), _mm512_set1_ps(a.s[i]), acc);
         }

@@ -155,10 +155,10 @@ void act_pack_init(GGMLType t, int64_t M, int64_t K, void* buf, ActPack* ap) {
     ap->K = K;
     ap->q = (int8_t*)p;  p += align64((size_t)(M * K));
     ap->d = (float*)p;   p += align64((size_t)(M * ng) * 4);
-    ap->s = nullptr; ap->bias = nullptr; ap->bsum = nullptr;
+    ap->s = nullptr; ap->nbias = nullptr; ap->bsum = nullptr;
     if (is_kquant(t)) ap->bsum = (int32_t*)p;
     else if (has_min(t)) ap->s = (float*)p;
-    else ap->bias = (int32_t*)p;
+    else ap->nbias = (int32_t*)p;
 }
 
 void act_pack_rows(GGMLType t, const uint8_t* Xq, size_t xs, int64_t m0, int64_t m1, ActPack* ap) {
@@ -191,7 +191,7 @@ void act_pack_rows(GGMLType t, const uint8_t* Xq, size_t xs, int64_t m0, int64_t
                 ap->d[m * nu + u] = h2f(x[u].d);
                 int32_t sum = 0;
                 for (int j = 0; j < 32; ++j) sum += x[u].qs[j];
-                ap->bias[m * nu + u] = bias * sum;
+                ap->nbias[m * nu + u] = -bias * sum;
             }
         }
     }
