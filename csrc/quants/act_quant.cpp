@@ -323,12 +323,17 @@ void q8_K_avx512(const float* x, block_q8_K* y, int64_t nb) {
         const float iscale = -127.f / max;
         const __m512 is = _mm512_set1_ps(iscale);
         const __m512i lim = _mm512_set1_epi32(127);
+        __m512 q16[QK_K / 16];   // the 16 groups' quants as int32, for reduce16
         for (int g = 0; g < QK_K / 16; ++g) {
             __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(is, _mm512_loadu_ps(x + g * 16)));
             q = _mm512_max_epi32(_mm512_min_epi32(q, lim), _mm512_set1_epi32(-128));
             _mm_storeu_si128((__m128i*)(y[i].qs + g * 16), _mm512_cvtsepi32_epi8(q));
-            y[i].bsums[g] = (int16_t)_mm512_reduce_add_epi32(q);
+            q16[g] = _mm512_castsi512_ps(q);
         }
+        const __m512i bsums = _mm512_castps_si512(reduce16(q16, [](__m512 a, __m512 b) {
+            return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(a), _mm512_castps_si512(b)));
+        }));
+        _mm256_storeu_si256((__m256i*)y[i].bsums, _mm512_cvtepi32_epi16(bsums));   // (int16_t) of each sum
         y[i].d = 1.0f / iscale;
     }
 }
