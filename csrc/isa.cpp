@@ -111,7 +111,7 @@ bool replay_prefetch_pays() {
 }
 
 // Measured, not derived: Q6_K's prompt kernels at 512 rows, 896 x 4864, one thread, on the
-// Sapphire Rapids class VM (stop 40): 214-224 GOP/s with vpmulld (two uops on Intel), 233-238 with
+// Sapphire Rapids class VM (stop 40): 214-231 GOP/s with vpmulld (two uops on Intel), 233-240 with
 // ScaleMul's shuffle + vpdpwssd. On Zen 4 the ScaleMul form measured slower for Q6_K.
 bool q6k_scale_split_pays() {
     static const bool pays = !cpu_is_amd();
