@@ -267,6 +267,12 @@ inline __m512 reduce16(__m512* v, Op op) {
     return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), z);
 }
 
+// reduce16's ops: lane-wise max of floats, lane-wise sum of int32 (carried in float vectors).
+inline __m512 max_f32(__m512 a, __m512 b) { return _mm512_max_ps(a, b); }
+inline __m512 add_i32(__m512 a, __m512 b) {
+    return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(a), _mm512_castps_si512(b)));
+}
+
 // 16 consecutive Q8_0 / Q8_1 blocks: q8_block_avx512's values block by block (the same amax,
 // d = amax / 127, quants and sums; both roundings to F16 are IEEE round-to-nearest-even, as
 // f32_to_fp16), with the per-block horizontal reductions and F16 conversions done 16 at a time.
@@ -275,7 +281,7 @@ void q8_blocks16_avx512(const float* x, Block* y) {
     __m512 m[16];
     for (int b = 0; b < 16; ++b)
         m[b] = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + 32 * b)), _mm512_abs_ps(_mm512_loadu_ps(x + 32 * b + 16)));
-    const __m512 amax = reduce16(m, [](__m512 a, __m512 b) { return _mm512_max_ps(a, b); });
+    const __m512 amax = reduce16(m, max_f32);
     const __m512 d = _mm512_div_ps(amax, _mm512_set1_ps(127.f));
     const __mmask16 nonzero = _mm512_cmp_ps_mask(amax, _mm512_setzero_ps(), _CMP_NEQ_UQ);
     alignas(64) float id[16];
@@ -292,9 +298,7 @@ void q8_blocks16_avx512(const float* x, Block* y) {
     alignas(32) fp16_t dh[16], sh[16];
     _mm256_store_si256((__m256i*)dh, _mm512_cvtps_ph(d, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     if constexpr (kSum) {
-        const __m512i sum = _mm512_castps_si512(reduce16(sums, [](__m512 a, __m512 b) {
-            return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(a), _mm512_castps_si512(b)));
-        }));
+        const __m512i sum = _mm512_castps_si512(reduce16(sums, add_i32));
         const __m512 s = _mm512_mul_ps(d, _mm512_cvtepi32_ps(sum));
         _mm256_store_si256((__m256i*)sh, _mm512_cvtps_ph(s, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     }
@@ -330,9 +334,7 @@ void q8_K_avx512(const float* x, block_q8_K* y, int64_t nb) {
             _mm_storeu_si128((__m128i*)(y[i].qs + g * 16), _mm512_cvtsepi32_epi8(q));
             q16[g] = _mm512_castsi512_ps(q);
         }
-        const __m512i bsums = _mm512_castps_si512(reduce16(q16, [](__m512 a, __m512 b) {
-            return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(a), _mm512_castps_si512(b)));
-        }));
+        const __m512i bsums = _mm512_castps_si512(reduce16(q16, add_i32));
         _mm256_storeu_si256((__m256i*)y[i].bsums, _mm512_cvtepi32_epi16(bsums));   // (int16_t) of each sum
         y[i].d = 1.0f / iscale;
     }
