@@ -4,11 +4,30 @@ from __future__ import annotations
 import argparse
 import sys
 
-__all__ = ["register", "run_convert", "print_result"]
+__all__ = ["register", "run_convert", "print_result", "import_converter"]
 
-from localllm_convert.filetypes import PRESETS
+# The converter's packages (gguf, safetensors) come with the `convert` extra, so this module
+# imports the converter only when a conversion runs: every other command works without them.
+_TYPES_HELP = ("output type: f32, f16 (default), bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k_s, "
+               "q4_k_m, q5_k_s, q5_k_m, q6_k, iq4_nl, iq4_xs; the K-quant and IQ4 presets mix "
+               "types per tensor as llama.cpp does")
 
-_TYPES = list(PRESETS)   # the converter's presets (llama.cpp's file types it can write)
+
+def import_converter():
+    """The localllm_convert package, or a clear error naming the extra that brings its packages."""
+    try:
+        import gguf  # noqa: F401  (the convert extra's packages, named in the error below)
+        import safetensors  # noqa: F401
+        import localllm_convert
+    except ModuleNotFoundError as e:
+        raise RuntimeError(f"the converter needs the package {e.name!r}: "
+                           f"pip install 'localllm[convert]'") from None
+    return localllm_convert
+
+
+def check_type(name: str) -> str:
+    """The preset name, checked against the converter's presets."""
+    return import_converter().filetypes.preset(name).name
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -17,8 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("hf_dir", help="checkpoint directory (config.json, *.safetensors, tokenizer)")
     p.add_argument("-o", "--outfile", default=None, help="output .gguf file")
     p.add_argument("--type", "--outtype", dest="type", default="f16", type=str.lower,
-                   choices=_TYPES, help="output type (default f16); the K-quant and IQ4 presets "
-                                        "mix types per tensor as llama.cpp does")
+                   help=_TYPES_HELP)
     p.add_argument("-t", "--threads", type=int, default=None, help="threads (default: all)")
     p.add_argument("--vocab-only", action="store_true", help="write only metadata and vocabulary")
     p.add_argument("--dry-run", action="store_true",
@@ -46,7 +64,8 @@ def print_result(result, plan: bool, out=None) -> None:
 
 
 def run_convert(args: argparse.Namespace) -> int:
-    from localllm_convert import convert
+    convert = import_converter().convert
+    check_type(args.type)
     if args.outfile is None and not args.dry_run:
         raise ValueError("an output file is needed: -o OUT.gguf")
     if args.threads is not None and args.threads < 1:

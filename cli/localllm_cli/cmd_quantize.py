@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from .cmd_convert import _TYPES, print_result
+from .cmd_convert import _TYPES_HELP, check_type, import_converter, print_result
 
 __all__ = ["register", "run_quantize"]
 
@@ -13,7 +13,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                         "mixture rules for the K-quant presets)")
     p.add_argument("input", help="input .gguf")
     p.add_argument("output", help="output .gguf")
-    p.add_argument("type", type=str.lower, choices=_TYPES, help="output type")
+    p.add_argument("type", type=str.lower, help=_TYPES_HELP.replace(" (default)", ""))
     p.add_argument("--allow-requantize", action="store_true",
                    help="accept an input that is already quantized (dequantized first: lossy)")
     p.add_argument("-t", "--threads", type=int, default=None, help="threads (default: all)")
@@ -22,7 +22,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_quantize(args: argparse.Namespace) -> int:
-    from localllm_convert import quantize_gguf
+    quantize_gguf = import_converter().quantize_gguf
+    check_type(args.type)
     if args.threads is not None and args.threads < 1:
         raise ValueError(f"--threads must be >= 1, got {args.threads}")
     result = quantize_gguf(args.input, args.output, args.type,
