@@ -52,7 +52,7 @@ def worker_localllm(path: str, threads: int, ns: list[int], n_prompt: int, n_gen
     from localllm.engine import Engine
     from localllm.gguf import GGUFFile
     from localllm.sampling import SamplingParams
-    from localllm.tokenizer import Tokenizer
+    from localllm.text.tokenizer import Tokenizer
 
     tok = Tokenizer.from_gguf_metadata(GGUFFile(path).metadata)
     rows = []

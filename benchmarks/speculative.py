@@ -35,7 +35,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-CODE_FILES = [("python/localllm/kv_blocks.py", 2600, "BlockTable", "KVTable"),
+CODE_FILES = [("python/localllm/engine/kv_blocks.py", 2600, "BlockTable", "KVTable"),
               ("python/localllm/sampling.py", 2600, "StopMatcher", "StopStrings")]
 OPEN_PROMPTS = ["Explain how a CPU cache works, and why it matters for performance.",
                 "Write a short story about a lighthouse keeper who finds a message in a bottle."]

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
+import torch
+import transformers  # noqa: F401  (the test extra; a missing one fails collection)
 
 import gguf  # noqa: E402
 

@@ -14,7 +14,7 @@ from conftest import greedy_rows, model_file
 from localllm import _core
 from localllm.engine import Engine
 from localllm.sampling import SamplingParams
-from localllm.tokenizer import Tokenizer
+from localllm.text.tokenizer import Tokenizer
 from localllm.gguf import GGUFFile
 
 N_NEW = 12          # tokens generated per sequence (every step's logits are compared)

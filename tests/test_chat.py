@@ -10,7 +10,7 @@ import pytest
 
 from conftest import REFERENCE, model_file, read_jsonl
 from localllm.gguf import GGUFFile
-from localllm.chat import (CHATML_TEMPLATE, GEMMA_TEMPLATE, ChatTemplateError, fallback_template,
+from localllm.text.chat import (CHATML_TEMPLATE, GEMMA_TEMPLATE, ChatTemplateError, fallback_template,
                            render_chat, validate_messages)
 
 USER = [{"role": "user", "content": "hi"}]

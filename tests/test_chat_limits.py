@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from localllm.chat import RENDER_TIME_LIMIT_S, ChatTemplateError, render_chat
+from localllm.text.chat import RENDER_TIME_LIMIT_S, ChatTemplateError, render_chat
 
 MESSAGES = [{"role": "user", "content": "Hi"}]
 

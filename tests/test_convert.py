@@ -34,8 +34,8 @@ import pytest
 
 from conftest import CORPUS, REFERENCE, model_file, read_jsonl
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
+import torch
+import transformers  # noqa: F401  (the test extra; a missing one fails collection)
 
 import gguf  # noqa: E402
 
@@ -231,7 +231,7 @@ def corpus_ids(gguf_path: Path, n: int) -> list[int]:
     """The first n tokens of the GPL text with the converted file's tokenizer (llama.cpp's
     method: BOS added when the model adds it)."""
     from localllm.gguf import GGUFFile
-    from localllm.tokenizer import Tokenizer
+    from localllm.text.tokenizer import Tokenizer
     tok = Tokenizer.from_gguf_metadata(GGUFFile(str(gguf_path)).metadata)
     ids = tok.encode(CORPUS.read_text(encoding="utf-8"), add_special=True)
     assert len(ids) >= n
@@ -460,7 +460,7 @@ def test_smollm2_metadata_matches_llamacpp(converted):
 
 def test_smollm2_tokenizer_matches_hf_and_llamacpp(converted):
     from localllm.gguf import GGUFFile
-    from localllm.tokenizer import Tokenizer
+    from localllm.text.tokenizer import Tokenizer
     from tokenizers import Tokenizer as HFTokenizer
     ours = Tokenizer.from_gguf_metadata(GGUFFile(str(converted("smollm2", "vocab"))).metadata)
     hf = HFTokenizer.from_file(str(checkpoint("smollm2") / "tokenizer.json"))

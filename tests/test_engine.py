@@ -13,7 +13,7 @@ from localllm import LLM, _core
 from localllm.engine import Engine
 from localllm.gguf import GGUFFile
 from localllm.sampling import SamplingParams
-from localllm.tokenizer import Tokenizer
+from localllm.text.tokenizer import Tokenizer
 
 KEY = "smollm2-135m-q4_1"
 

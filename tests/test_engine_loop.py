@@ -12,7 +12,7 @@ import pytest
 
 from conftest import model_file
 from localllm import LLM
-from localllm.aio import RequestGroup
+from localllm.engine.aio import RequestGroup
 
 KEY = "smollm2-135m-q4_1"
 

@@ -1,7 +1,7 @@
 """The KV block pool, step by step: the pool's state is asserted after every operation."""
 import pytest
 
-from localllm.kv_blocks import NULL_BLOCK, BlockPool, BlockTable, OutOfBlocks
+from localllm.engine.kv_blocks import NULL_BLOCK, BlockPool, BlockTable, OutOfBlocks
 
 
 def test_allocate_release_free_list_order():
@@ -64,7 +64,7 @@ def test_bad_pool_sizes():
 
 import numpy as np
 
-from localllm.kv_blocks import prefix_keys
+from localllm.engine.kv_blocks import prefix_keys
 
 
 class SlotStore:

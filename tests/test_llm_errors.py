@@ -63,7 +63,7 @@ def test_token_ids_out_of_range():
 
 
 def test_template_cannot_reach_python_internals():
-    from localllm.chat import ChatTemplateError
+    from localllm.text.chat import ChatTemplateError
     llm = llm_for("smollm2-135m-q4_1")
     llm_template = llm.chat_template
     try:

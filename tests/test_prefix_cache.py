@@ -11,7 +11,7 @@ from localllm import _core
 from localllm.engine import Engine
 from localllm.gguf import GGUFFile
 from localllm.sampling import SamplingParams
-from localllm.tokenizer import Tokenizer
+from localllm.text.tokenizer import Tokenizer
 
 KEY = "smollm2-135m-q4_1"
 PREFIX = 1000

@@ -5,8 +5,8 @@ import random
 
 import pytest
 
-from localllm.kv_blocks import BlockPool, BlockTable
-from localllm.scheduler import Scheduler, SeqState, Sequence
+from localllm.engine.kv_blocks import BlockPool, BlockTable
+from localllm.engine.scheduler import Scheduler, SeqState, Sequence
 
 
 def no_copy(src: int, dst: int) -> None:

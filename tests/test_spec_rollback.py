@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from localllm.kv_blocks import NULL_BLOCK, BlockPool, BlockTable
-from localllm.scheduler import Scheduler, Sequence
+from localllm.engine.kv_blocks import NULL_BLOCK, BlockPool, BlockTable
+from localllm.engine.scheduler import Scheduler, Sequence
 
 BS = 4
 
@@ -116,7 +116,7 @@ def test_truncate_releases_tail_and_keeps_cached_keys():
 
 
 def test_ngram_lookup_proposes_what_followed_the_latest_match():
-    from localllm.speculative import NgramProposer, SpecConfig
+    from localllm.engine.speculative import NgramProposer, SpecConfig
     prop = NgramProposer(SpecConfig(mode="ngram", draft_max=3, ngram_min=2, ngram_max=3))
     seq = Sequence(0, [1, 2, 3, 4, 9, 7, 2, 3, 5, 6, 1, 2, 3], 13, BlockTable(BlockPool(4, BS)), arrival=0)
     prop.propose([seq], [16])
@@ -141,7 +141,7 @@ def test_ngram_lookup_proposes_what_followed_the_latest_match():
 def test_ngram_draft_length_adapts_to_what_was_accepted():
     """A draft cut short at a accepted tokens halves the cap, but not below a + 1; a draft
     accepted whole doubles it, up to draft_max."""
-    from localllm.speculative import NgramProposer, SpecConfig
+    from localllm.engine.speculative import NgramProposer, SpecConfig
     prop = NgramProposer(SpecConfig(mode="ngram", draft_max=8, ngram_min=1, ngram_max=1))
     seq = Sequence(0, list(range(1, 20)) + [1], 20, BlockTable(BlockPool(4, BS)), arrival=0)
     prop.propose([seq], [64])

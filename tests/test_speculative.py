@@ -18,8 +18,8 @@ from localllm import _core
 from localllm.engine import Engine
 from localllm.gguf import GGUFFile
 from localllm.sampling import SamplingParams
-from localllm.speculative import DraftModelProposer, NgramProposer, SpecConfig, check_same_vocab
-from localllm.tokenizer import Tokenizer
+from localllm.engine.speculative import DraftModelProposer, NgramProposer, SpecConfig, check_same_vocab
+from localllm.text.tokenizer import Tokenizer
 
 N_NEW = 48
 MODELS = ["smollm2-135m-q4_1", "qwen2.5-coder-0.5b-q4_k_m", "gemma3-270m-q4_k_m"]

@@ -17,7 +17,7 @@ import pytest
 
 from conftest import CORPUS, MODEL_KEYS, REFERENCE, f16_perplexity_rows, model_file, read_jsonl
 from localllm.gguf import GGUFFile
-from localllm.tokenizer import StreamDecoder, Tokenizer
+from localllm.text.tokenizer import StreamDecoder, Tokenizer
 
 TIME_BOUND_S = 2.0
 
@@ -263,7 +263,7 @@ def test_bpe_merges_match_the_tokenizers_library(model_key):
     ours = _core.BpeMerges(tokens, lines, False)
     rng = np.random.default_rng(0)
     chars = [t for t in tokens if len(t) == 1]
-    from localllm.tokenizer_pretok import bytes_to_unicode_text, split_words
+    from localllm.text.pretok import bytes_to_unicode_text, split_words
     spec = tokenizer(model_key)._v.pre_spec
     corpus_words = [bytes_to_unicode_text(w)
                     for w in split_words(CORPUS.read_text(encoding="utf-8")[:20000], spec.regexes)]
@@ -373,7 +373,7 @@ def _unicode_regex_split(regex_module, text: str, patterns) -> list[str]:
 def test_pre_tokenizer_regexes_match_a_unicode_regex_engine():
     """Every known pre-tokenizer splits ordinary text like a real \\p{..} regex engine."""
     regex_module = pytest.importorskip("regex")
-    from localllm.tokenizer_pretok import (pre_tokenizer_spec, split_words,
+    from localllm.text.pretok import (pre_tokenizer_spec, split_words,
                                            supported_pre_tokenizers)
 
     names = supported_pre_tokenizers()
@@ -389,7 +389,7 @@ def test_pre_tokenizer_regexes_match_a_unicode_regex_engine():
 
 def test_clean_up_spaces_rules():
     """llama_detokenize's clean-up for BPE vocabularies that ask for it (gpt-2, llama3...)."""
-    from localllm.tokenizer import _clean_up_spaces
+    from localllm.text.tokenizer import _clean_up_spaces
 
     assert _clean_up_spaces(b"Hi , you ! Ok ? Yes .") == b"Hi, you! Ok? Yes."
     assert _clean_up_spaces(b"x ' y") == b"x'y"

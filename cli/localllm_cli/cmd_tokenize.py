@@ -19,7 +19,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from localllm.gguf import GGUFFile
-    from localllm.tokenizer import Tokenizer
+    from localllm.text.tokenizer import Tokenizer
     path = hub.resolve_model(args.model)
     tok = Tokenizer.from_gguf_metadata(GGUFFile(str(path)).metadata)
     ids = tok.encode(args.text, add_special=not args.no_special, parse_special=args.parse_special)

@@ -17,13 +17,13 @@ if "numpy" not in _sys.modules:
     _os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from . import _core  # noqa: E402
-from .chat import ChatTemplateError, render_chat
+from .text.chat import ChatTemplateError, render_chat
 from .gguf import GGUFError, GGUFFile, model_summary
 from .hub import DEFAULT_MODEL, KNOWN_MODELS, ModelNotFoundError, pull
 from .llm import LLM, GenerationResult, TextStream, Timings
 from .sampling import SamplingParams
-from .speculative import SpecConfig
-from .tokenizer import StreamDecoder, Tokenizer
+from .engine.speculative import SpecConfig
+from .text.tokenizer import StreamDecoder, Tokenizer
 
 __version__ = "0.1.0"
 __all__ = [

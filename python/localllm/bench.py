@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .kv_blocks import BlockTable
+from .engine.kv_blocks import BlockTable
 
 __all__ = ["BenchResult", "bench_prompt", "bench_generation", "run_bench"]
 

@@ -15,11 +15,11 @@ import numpy as np
 from . import _core, hub
 from .engine import Engine
 from .gguf import GGUFFile
-from .kv_blocks import BlockTable
+from .engine.kv_blocks import BlockTable
 from .plan import DEFAULT_GPU_MARGIN, Plan, gpu_free_bytes, parse_n_gpu_layers, plan_layers
-from .requests import EngineRequest, Prompt, RequestBuilder
-from .speculative import DraftModelProposer, NgramProposer, SpecConfig, check_same_vocab
-from .tokenizer import Tokenizer
+from .engine.requests import EngineRequest, Prompt, RequestBuilder
+from .engine.speculative import DraftModelProposer, NgramProposer, SpecConfig, check_same_vocab
+from .text.tokenizer import Tokenizer
 
 __all__ = ["LLM", "GenerationResult", "TextStream", "Timings", "Prompt", "default_threads"]
 
@@ -115,7 +115,7 @@ class LLM:
             less gpu_margin; 0 without a GPU). 0 runs on the CPU only. A count > 0 on a build
             without a CUDA backend is an error.
         gpu_margin: bytes of GPU memory auto leaves free (default 1 GiB).
-        speculative: speculative decoding for every request (`localllm.speculative`): a
+        speculative: speculative decoding for every request (`localllm.engine.speculative`): a
             `SpecConfig`, or "ngram" (prompt lookup with the default sizes). Greedy output is
             exactly plain decoding's; sampled output has plain sampling's distribution.
         draft_model: path of a draft model sharing this model's vocabulary (shorthand for
@@ -322,7 +322,7 @@ class LLM:
         """The engine request `generate`/`stream`/`chat` (and the CLI and server) run: prompt
         text or token ids, or chat `messages`, with `SamplingParams` fields; validated, seeded
         (the LLM's seed, else a random one), max_tokens capped by the context. See
-        `localllm.requests.RequestBuilder.build`."""
+        `localllm.engine.requests.RequestBuilder.build`."""
         return self.requests.build(prompt, messages=messages, n=n, **sampling)
 
     def _request(self, prompt: Prompt | EngineRequest, sampling: dict) -> EngineRequest:

@@ -20,7 +20,7 @@ import harness
 with atheris.instrument_imports(include=harness.INSTRUMENTED):
     from localllm import hub
     from localllm.gguf import GGUFFile
-    from localllm.tokenizer import StreamDecoder, Tokenizer
+    from localllm.text.tokenizer import StreamDecoder, Tokenizer
 
 MODELS = ["smollm2-135m-q4_1", "gemma3-270m-q4_k_m", "qwen2.5-coder-0.5b-q4_k_m"]
 TOKENIZERS = [Tokenizer.from_gguf_metadata(GGUFFile(str(hub.pull(k, quiet=True))).metadata) for k in MODELS]

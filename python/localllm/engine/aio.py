@@ -22,7 +22,7 @@ import weakref
 from collections import deque
 from typing import AsyncIterator, Optional
 
-from .engine import Engine, RequestOutput
+from .core import Engine, RequestOutput
 from .requests import EngineRequest
 
 __all__ = ["RequestGroup"]

@@ -1,7 +1,7 @@
 """Continuous-batching engine: many requests, one forward call per step, paged KV with prefix reuse.
 
 Requests (prompt ids + `SamplingParams`) are submitted and get an id; each step the scheduler
-(`localllm.scheduler`) builds one batch mixing decode tokens of running sequences with prefill
+(`localllm.engine.scheduler`) builds one batch mixing decode tokens of running sequences with prefill
 chunks of new ones, the model runs it in ONE `forward` call, and every sequence whose chunk
 reached its last token samples its next token from its own logits row. Finished sequences leave
 and waiting ones join at the very next step.
@@ -15,7 +15,7 @@ drains, so submitting never waits for a forward. Two ways to drive steps, which 
   from one thread both progress, and nothing runs when nobody asks;
 - the step loop: `start()` runs a daemon thread that steps while there is work and sleeps when
   there is none; requests submitted with a `sink` get each output pushed to it from that thread
-  (`localllm.aio` turns this into asyncio iteration), which is how the server runs.
+  (`localllm.engine.aio` turns this into asyncio iteration), which is how the server runs.
 
 Batch invariance: every sequence's logits come from its own row of a forward whose kernels do
 not depend on the batch's shape, its sampler is its own (own seed, own penalty history), and a
@@ -35,9 +35,9 @@ from typing import Any, Callable, Iterator, Optional, Sequence as Seq
 import numpy as np
 
 from .kv_blocks import NULL_BLOCK, BlockPool, BlockTable
-from .sampling import SamplingParams, StopMatcher, make_sampler
+from ..sampling import SamplingParams, StopMatcher, make_sampler
 from .scheduler import Schedule, Scheduler, Sequence
-from .tokenizer import StreamDecoder
+from ..text.tokenizer import StreamDecoder
 
 __all__ = ["Engine", "EngineStats", "OutputSink", "RequestOutput", "RequestTimes", "kv_bytes_per_token"]
 
@@ -48,7 +48,7 @@ def kv_bytes_per_token(metadata: dict, cache_type_k: str = "f16", cache_type_v: 
     """KV cache bytes one token takes (K and V of every layer, in the cache's types: "f16",
     "q8_0", "q4_0"), from GGUF metadata; used to turn a memory size into a number of blocks
     before the model is loaded (the same sizes as the C++ cache's, csrc/kv_cache.cpp)."""
-    from .quants import GGMLType, row_bytes
+    from ..quants import GGMLType, row_bytes
     arch = metadata["general.architecture"]
     n_head = int(metadata[f"{arch}.attention.head_count"])
     n_head_kv = int(metadata.get(f"{arch}.attention.head_count_kv", n_head))
@@ -149,7 +149,7 @@ class Engine:
         n_ctx: longest sequence (prompt + generated tokens) a request may reach.
         max_batch_tokens: token budget of one forward call (chunked prefill beyond it).
         max_running: most sequences decoding at once.
-        proposer: speculative decoding (`localllm.speculative`): drafts tokens for the requests
+        proposer: speculative decoding (`localllm.engine.speculative`): drafts tokens for the requests
             submitted with speculate (the default when there is a proposer).
     """
 

@@ -11,9 +11,9 @@ from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
-from .chat import render_chat
-from .sampling import SamplingParams
-from .tokenizer import Tokenizer
+from ..text.chat import render_chat
+from ..sampling import SamplingParams
+from ..text.tokenizer import Tokenizer
 
 __all__ = ["EngineRequest", "RequestBuilder", "Prompt"]
 

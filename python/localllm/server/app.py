@@ -1,7 +1,7 @@
 """The OpenAI-compatible HTTP server: a FastAPI app over one `LLM` and its engine.
 
 Requests become engine requests through `LLM.make_request` (the same path as `LLM.generate`),
-run on the engine's step-loop thread, and come back through `localllm.aio.RequestGroup` to the
+run on the engine's step-loop thread, and come back through `localllm.engine.aio.RequestGroup` to the
 handler's coroutine: the event loop never takes the engine's lock. A client that goes away
 (stream or not) has its requests aborted, so the engine frees their blocks at its next step.
 """
@@ -22,11 +22,11 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ValidationError
 
-from ..aio import RequestGroup
-from ..chat import ChatTemplateError
+from ..engine.aio import RequestGroup
+from ..text.chat import ChatTemplateError
 from ..llm import LLM
-from ..requests import EngineRequest
-from ..speculative import SpecConfig
+from ..engine.requests import EngineRequest
+from ..engine.speculative import SpecConfig
 from .errors import APIError, bad_request, error_body, install_error_handlers, invalid_body
 from .metrics import CONTENT_TYPE, ServerMetrics
 from .openai_format import Completion

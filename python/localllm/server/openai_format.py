@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from ..engine import RequestOutput
-from ..tokenizer import Tokenizer
+from ..text.tokenizer import Tokenizer
 
 __all__ = ["Completion"]
 

@@ -1,7 +1,7 @@
 """Byte-level BPE merging (``tokenizer.ggml.model == "gpt2"``), on the C++ table of
 ``csrc/bpe.cpp``.
 
-Words come pre-split by :mod:`localllm.tokenizer_pretok` and already spelled byte-level; each is
+Words come pre-split by :mod:`localllm.text.pretok` and already spelled byte-level; each is
 merged on its own by lowest merge rank first, leftmost on ties, which is llama.cpp's
 ``llm_tokenizer_bpe_session`` rule.  Merges are read as llama.cpp reads them: a merge line is
 split at its first space after the first character, and a repeated pair keeps its first rank.
@@ -12,7 +12,7 @@ vocabulary, more than llama.cpp's whole model load, where the C++ table takes 0.
 """
 from __future__ import annotations
 
-from . import _core
+from .. import _core
 
 __all__ = ["BpeMerger"]
 

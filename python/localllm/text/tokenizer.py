@@ -3,9 +3,9 @@
 Supports the two vocabulary kinds the project's models use:
 
 * ``llama`` (SentencePiece-style, e.g. Gemma 3): best-score bigram merging with byte fallback,
-  see :mod:`localllm.tokenizer_spm`;
+  see :mod:`localllm.text.spm`;
 * ``gpt2`` (byte-level BPE, e.g. SmolLM2, Qwen2.5): llama.cpp's pre-tokenizer regexes
-  (:mod:`localllm.tokenizer_pretok`) and rank-ordered merges (:mod:`localllm.tokenizer_bpe`).
+  (:mod:`localllm.text.pretok`) and rank-ordered merges (:mod:`localllm.text.bpe`).
 
 Encoding follows ``llama_tokenize``: special-token texts are cut out first (longest first;
 user-defined tokens always, control tokens only with ``parse_special``), the remaining text
@@ -20,10 +20,10 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import Any, Union
 
-from .tokenizer_bpe import BpeMerger
-from .tokenizer_pretok import UNICODE_TO_BYTE, bytes_to_unicode_text, split_words
-from .tokenizer_spm import SpmEncoder
-from .tokenizer_vocab import TokenAttr, VocabData, load_vocab
+from .bpe import BpeMerger
+from .pretok import UNICODE_TO_BYTE, bytes_to_unicode_text, split_words
+from .spm import SpmEncoder
+from .vocab import TokenAttr, VocabData, load_vocab
 
 __all__ = ["Tokenizer", "StreamDecoder", "TokenAttr"]
 

@@ -23,9 +23,9 @@ from typing import Any, Callable, Union
 
 import numpy as np
 
-from .tokenizer_bpe import BpeMerger
-from .tokenizer_pretok import PreTokenizerSpec, pre_tokenizer_spec
-from .tokenizer_spm import SpmEncoder
+from .bpe import BpeMerger
+from .pretok import PreTokenizerSpec, pre_tokenizer_spec
+from .spm import SpmEncoder
 
 __all__ = ["PackedTexts", "TokenAttr", "VocabData", "load_vocab"]
 
