@@ -7,7 +7,7 @@
 // width), walked 16 rows at a time as the kernels walk them; the tile work of unit u + 1 is issued
 // before the fold of unit u. Three timings per unit tile (16 x 16 x 32 multiply-adds): the tile
 // work alone, the fold alone (reading stale sums), and both. If the machine overlapped them,
-// "both" would sit near the larger of the two; on the Sapphire Rapids class VM of stop 40 it is
+// "both" would sit near the larger of the two; on the Sapphire Rapids class VM (2026-12-06) it is
 // their sum (17 + 22 -> 41-44 ns), so AMX cannot run per-32-element-scaled types much faster
 // than the VNNI kernels, whose own dot products the fold has to share the vector ports with.
 //

@@ -6,7 +6,7 @@ The fix. ggml's `ggml_tile_config_init` (ggml-cpu/amx/mmq.cpp) fills a tile conf
 stack and hands it to `_tile_loadconfig`. GCC 12 does not treat that intrinsic as a read of the
 memory, drops the stores as dead, and `ldtilecfg` loads stack garbage: a native llama.cpp built
 here died in its first prompt on a Sapphire Rapids class Xeon (SIGSEGV at `ldtilecfg` in a worker
-thread, SIGILL at `tilezero` in llama-server's warm-up; stop 33). Upstream knows the bug
+thread, SIGILL at `tilezero` in llama-server's warm-up; 2026-12-04). Upstream knows the bug
 (llama.cpp pull request 26954, open). A compiler barrier naming the configuration's address keeps
 the stores; nothing else in llama.cpp changes, so its AMX kernels run as their authors wrote them.
 """

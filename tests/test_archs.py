@@ -1,4 +1,4 @@
-"""Architectures without downloadable weights here (issue 16): Qwen3, Phi-3 and Gemma 2 as random-weight
+"""Architectures without downloadable weights here: Qwen3, Phi-3 and Gemma 2 as random-weight
 checkpoints built by transformers (tests/tiny_checkpoints.py), converted to F32 by `localllm
 convert` and run against transformers' fp32 logits; and the fused-tensor row views Phi-3's file
 layout needs, held to the same weights stored unfused."""

@@ -1,7 +1,7 @@
 """Chat templates from strangers: bounded time and size, nesting errors as ChatTemplateError.
 
-Each template here once hung, allocated gigabytes, or escaped as SyntaxError/RecursionError
-(issue 17). Every one must now fail fast with ChatTemplateError, within a bound well below what
+Each template here once hung, allocated gigabytes, or escaped as SyntaxError/RecursionError.
+Every one must now fail fast with ChatTemplateError, within a bound well below what
 the unbounded template would take, and the process must stay small."""
 from __future__ import annotations
 

@@ -327,7 +327,7 @@ def hf_q8_0_logits(name: str, ids: list[int]) -> np.ndarray:
 def test_q8_0_top1_agreement_smollm2(converted):
     # Reference: transformers fp32 (the F16 file matches it to ~1e-3, test above). SmolLM2-135M
     # is sensitive to weight rounding: transformers itself, with its weights rounded to Q8_0,
-    # agrees with fp32 on 98.8% of these 256 positions (98.0% of 1024), so the 99% is out
+    # agrees with fp32 on 98.8% of these 256 positions (98.0% of 1024), so a 99% agreement is out
     # of reach for any Q8_0 file. We also round the activations to 8 bits, as llama.cpp does, and
     # top-1 agreement then jitters by a few positions with the summation order alone. Measured on
     # these 256 positions: llama.cpp's order (numerics="llama.cpp") 94.9%; "fast" 96.1% on

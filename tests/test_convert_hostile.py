@@ -1,4 +1,4 @@
-"""The converter's readers on malformed input, and SIGTERM during a write (issue 17): each must
+"""The converter's readers on malformed input, and SIGTERM during a write: each must
 end in a CheckpointError naming the problem (or a clean exit), never a traceback or a stray
 temporary file."""
 from __future__ import annotations

@@ -9,7 +9,7 @@ import pytest
 from conftest import CORPUS, REFERENCE, f16_perplexity_rows, greedy_rows, llm_for
 
 # Fast numerics (the default). Teacher-forced top-1 agreement with llama.cpp, per model: the
-# issue's 0.995 is met by numerics="llama.cpp" (bit-identical logits, tested below); the fast
+# target of 0.995 is met by numerics="llama.cpp" (bit-identical logits, tested below); the fast
 # kernels compute the same quantized math in another rounding order and measure 0.971-0.991.
 # 20-30 layers amplify one-ulp differences until an int8 activation rounds the other way:
 # llama.cpp itself agrees with an exact float64 forward of the same weights on only ~98% of
@@ -19,7 +19,7 @@ from conftest import CORPUS, REFERENCE, f16_perplexity_rows, greedy_rows, llm_fo
 TOP1_MIN = 0.96
 TOP1_FLIP_GAP = 1.0
 KL_MAX = 0.005          # mean KL(llama.cpp || ours) restricted to llama.cpp's top 64, per model
-# Of the 6 prompts per model, identical 48-token greedy continuations. The issue asks 5 (met, 6/6,
+# Of the 6 prompts per model, identical 48-token greedy continuations. The target is 5 (met, 6/6,
 # by the llama.cpp numerics); for the reason above the fast numerics' continuations part where
 # llama.cpp's top two are nearly tied, so we require 2 identical and that every divergence starts
 # at such a near-tie.
@@ -120,7 +120,7 @@ BIT_EXACT = {"smollm2-135m-q4_1", "gemma3-270m-q4_k_m", "qwen2.5-coder-0.5b-q4_k
 
 @pytest.mark.parametrize("model", ["smollm2-135m-q4_1", "gemma3-270m-q4_k_m", "qwen2.5-coder-0.5b-q4_k_m"])
 def test_llamacpp_numerics_logits(model):
-    """The issue's targets in llama.cpp numerics: top-1 agreement >= 99.5% and, where every op
+    """The fidelity targets in llama.cpp numerics: top-1 agreement >= 99.5% and, where every op
     is covered, all 64 of llama.cpp's top logits identical at every position."""
     llm = llm_for(model, numerics="llama.cpp")
     ref = np.load(REFERENCE / f"logits_{model}.npz")
@@ -140,7 +140,7 @@ def test_llamacpp_numerics_logits(model):
 
 @pytest.mark.parametrize("model", ["smollm2-135m-q4_1", "gemma3-270m-q4_k_m", "qwen2.5-coder-0.5b-q4_k_m"])
 def test_llamacpp_numerics_greedy(model):
-    """The issue's target in llama.cpp numerics: at least 5 of 6 greedy continuations identical
+    """The fidelity target in llama.cpp numerics: at least 5 of 6 greedy continuations identical
     (all 6 where every op is covered)."""
     exact, report = _greedy_report(llm_for(model, numerics="llama.cpp"), model)
     assert exact >= (6 if model in BIT_EXACT else 5), "\n".join(r for _, r in report)

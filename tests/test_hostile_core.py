@@ -1,4 +1,4 @@
-"""Regressions for hostile use of the C++ core (issue 17): thread creation the OS refuses, two
+"""Regressions for hostile use of the C++ core: thread creation the OS refuses, two
 threads in one Model, the llama.cpp-numerics attention path's index checks, a KV cache larger
 than the machine's memory. Each case that once crashed the process runs in a subprocess, so a
 regression fails this test instead of killing pytest."""

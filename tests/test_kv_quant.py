@@ -7,7 +7,7 @@ power of two >= 64 dividing head_dim, values by 64 and the output rotated back; 
 head_dim % 64 != 0) and with the query rounded to Q8_0 against quantized keys (llama.cpp's
 flash attention takes it so), every kernel bit-identical to the scalar one; the memory the cache takes follows its types in
 the allocator, the planner and `kv_bytes_per_token` alike; what cannot run is refused with an
-error naming it; perplexity on the three real models is within the issue's bounds of
+error naming it; perplexity on the three real models is within the bounds of
 llama.cpp's with the same cache types (q8_0 0.5%, q4_0 2%; tests/data/reference/perplexity.json,
 made by tests/data/regenerate.py). Batch invariance and the engine's leak test with a quantized
 cache are in test_batch_invariance.py and test_engine.py.
@@ -167,7 +167,7 @@ def test_bad_cache_types_are_refused():
         run(b, [0], 0.1, 0, -1, "q8_0", "f16")
 
 
-PPL_TOL = {"q8_0": 0.005, "q4_0": 0.02}      # the issue's bounds, relative to llama.cpp's figure
+PPL_TOL = {"q8_0": 0.005, "q4_0": 0.02}      # the bounds, relative to llama.cpp's figure
 
 
 def _quantized_ppl_rows():
@@ -179,7 +179,7 @@ def _quantized_ppl_rows():
 @pytest.mark.parametrize("row", _quantized_ppl_rows())
 def test_perplexity_with_quantized_cache_matches_llamacpp(row):
     """The whole corpus (14 chunks of 512; llama-perplexity with -ctk/-ctv and -fa on, which a
-    quantized V needs there) against the same run of llama.cpp: within the issue's bound on either
+    quantized V needs there) against the same run of llama.cpp: within the bound on either
     side (q8_0 0.5%, q4_0 2%). Fewer chunks are too few to hold to these bounds: on the first 4
     alone the two runtimes differed by -1.2% (Qwen2.5 q8_0) and -2.4% (Gemma3 q4_0)."""
     from localllm.perplexity import perplexity

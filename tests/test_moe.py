@@ -1,4 +1,4 @@
-"""Mixture-of-experts layers (qwen3moe, issue 16) on small files written with the gguf package:
+"""Mixture-of-experts layers (qwen3moe) on small files written with the gguf package:
 a token's logits do not depend on the batch around it (the experts' matmuls are grouped by
 expert across the batch), the routing picks and weighs the experts as a float64 reference of
 llama.cpp's build_moe_ffn does, hostile expert metadata and tensors are refused by name, and

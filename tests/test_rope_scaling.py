@@ -1,4 +1,4 @@
-"""RoPE scaling and the Qwen3 architecture (issue 16): the runtime applies what the converter writes — Llama 3's frequency
+"""RoPE scaling and the Qwen3 architecture: the runtime applies what the converter writes — Llama 3's frequency
 factors (rope_freqs.weight), linear interpolation, YaRN and Phi-3's LongRoPE (long or short
 factors by the context, as llama.cpp chooses them) — and refuses what it does not implement,
 never running such a file as if unscaled.

@@ -1,5 +1,5 @@
 """The per-layer weight list: every tensor's type and shape is checked against its role, and
-block_count must agree with the layers present (issue 17's hostile files), on small files
+block_count must agree with the layers present (hostile files), on small files
 written with the gguf package."""
 from __future__ import annotations
 

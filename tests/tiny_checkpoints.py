@@ -1,5 +1,5 @@
 """Small random-weight checkpoints of each architecture, built by transformers with a fixed seed
-and a real tokenizer beside them (issue 16: how to test an architecture without its weights),
+and a real tokenizer beside them (how to test an architecture without its downloadable weights),
 and transformers' fp32 logits on them. Shared by test_rope_scaling.py, test_archs.py and
 benchmarks/arch_crosscheck.py (which holds the same checkpoints to llama.cpp)."""
 from __future__ import annotations
@@ -14,7 +14,7 @@ from test_convert import checkpoint
 
 ORIG_CTX = 64          # the checkpoints' original context; the tests run 3x past it
 N_TOKENS = 192
-TOL = 3e-3             # issue 16: max relative logit error on every position (F16 KV ~1e-3)
+TOL = 3e-3             # max relative logit error on every position (F16 KV ~1e-3)
 
 LLAMA = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, vocab_size=49152, max_position_embeddings=4 * ORIG_CTX,
