@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import argparse
 import logging
-import re
 import sys
 
-from .common import add_model_args, add_spec_args, spec_config
+from .common import add_model_args, add_spec_args, parse_size, spec_config
 
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
+# LLM's context when none is given (-c absent): the KV pool and the request limits need it
+# before the model loads.
+DEFAULT_CTX = 4096
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -19,9 +20,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' (not on /health, /metrics)")
     p.add_argument("--parallel", type=int, default=16, metavar="N",
                    help="most sequences generated at once (default 16)")
-    p.add_argument("--kv-memory", default=None, metavar="SIZE",
-                   help="KV cache shared by all requests, e.g. 512M or 2G (a bare number is MiB; "
-                        "default: parallel x 1024 tokens, at least one context)")
+    p.add_argument("--kv-memory", type=parse_size, default=None, metavar="SIZE",
+                   help="KV cache shared by all requests, e.g. 512M or 2G (K/M/G/T are powers of 1024, a bare "
+                        "number is bytes; default: parallel x 1024 tokens, at least one context)")
     p.add_argument("--max-queue", type=int, default=256, metavar="N",
                    help="requests that may wait beyond the running ones before 429 (default 256)")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
@@ -29,36 +30,29 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def parse_size(text: str) -> int:
-    """Bytes in '512M', '2G', '1.5GiB', '300' (MiB)."""
-    m = _SIZE.match(text)
-    if not m:
-        raise ValueError(f"--kv-memory: cannot read size {text!r} (e.g. 512M, 2G)")
-    scale = {"": 2**20, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}[m.group(2).lower()]
-    return int(float(m.group(1)) * scale)
 
-
-def kv_blocks(args: argparse.Namespace, model_path: str) -> int:
+def kv_blocks(args: argparse.Namespace, model_path: str, n_ctx: int) -> int:
     """The pool's blocks: --kv-memory's worth, or parallel x 1024 tokens (at least one context)."""
     from localllm.engine import kv_bytes_per_token
     from localllm.gguf import GGUFFile
     block_tokens = 16
     if args.kv_memory is None:
-        return -(-max(args.parallel * 1024, args.ctx_size) // block_tokens)
+        return -(-max(args.parallel * 1024, n_ctx) // block_tokens)
     per_block = block_tokens * kv_bytes_per_token(GGUFFile(model_path).metadata, args.cache_type_k,
                                                   args.cache_type_v)
-    blocks = parse_size(args.kv_memory) // per_block
-    if blocks * block_tokens < args.ctx_size:
-        raise ValueError(f"--kv-memory {args.kv_memory} holds {blocks * block_tokens} tokens, less than one "
-                         f"context (-c {args.ctx_size}); raise it or lower -c")
+    blocks = args.kv_memory // per_block
+    if blocks * block_tokens < n_ctx:
+        raise ValueError(f"--kv-memory ({args.kv_memory} bytes) holds {blocks * block_tokens} tokens, less than "
+                         f"one context ({n_ctx} tokens); raise it or lower -c")
     return blocks
 
 
 def run(args: argparse.Namespace) -> int:
     from localllm import hub
     from localllm.server import ServerConfig, serve_forever
+    n_ctx = args.ctx_size if args.ctx_size is not None else DEFAULT_CTX
     for name in ("parallel", "ctx_size"):
-        if getattr(args, name) < 1:
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.max_queue < 0:
         raise ValueError(f"--max-queue must be >= 0, got {args.max_queue}")
@@ -67,8 +61,8 @@ def run(args: argparse.Namespace) -> int:
     if args.numerics != "fast":
         raise ValueError("serve runs the fast numerics only (batch-invariant); drop --numerics")
     model = str(hub.resolve_model(args.model))       # a bad path fails now, not after startup
-    config = ServerConfig(model=model, n_ctx=args.ctx_size, threads=args.threads, parallel=args.parallel,
-                          kv_blocks=kv_blocks(args, model), max_queue=args.max_queue, api_key=args.api_key,
+    config = ServerConfig(model=model, n_ctx=n_ctx, threads=args.threads, parallel=args.parallel,
+                          kv_blocks=kv_blocks(args, model, n_ctx), max_queue=args.max_queue, api_key=args.api_key,
                           speculative=spec_config(args), cache_type_k=args.cache_type_k,
                           cache_type_v=args.cache_type_v)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s",
