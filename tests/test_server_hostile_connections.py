@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 import time
 
 import httpx

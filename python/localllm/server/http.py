@@ -26,7 +26,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from .errors import error_body
 
-__all__ = ["ConnectionLimits", "GracefulServer", "protocol_class"]
+__all__ = ["ConnectionLimits", "GracefulServer", "GuardedH11Protocol", "protocol_class", "serve_app"]
 
 log = logging.getLogger("localllm.server")
 
@@ -39,93 +39,97 @@ class ConnectionLimits:
     max_connections: int = 512
 
 
-def protocol_class(limits: ConnectionLimits) -> type:
-    """An H11Protocol subclass bound to these limits (uvicorn instantiates the class itself)."""
+class GuardedH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol with the header/body deadlines and the connection cap of `limits`."""
 
-    class GuardedH11Protocol(H11Protocol):
-        def connection_made(self, transport) -> None:       # type: ignore[override]
-            super().connection_made(transport)
-            self._over_capacity = len(self.connections) > limits.max_connections
-            self._deadline: Optional[asyncio.TimerHandle] = None
-            self._waiting_for = ""
-            self._arm("headers", limits.header_timeout)
+    limits = ConnectionLimits()
 
-        def connection_lost(self, exc) -> None:
-            self._disarm()
-            super().connection_lost(exc)
+    def connection_made(self, transport) -> None:       # type: ignore[override]
+        super().connection_made(transport)
+        self._over_capacity = len(self.connections) > self.limits.max_connections
+        self._deadline: Optional[asyncio.TimerHandle] = None
+        self._waiting_for = ""
+        self._arm("headers", self.limits.header_timeout)
 
-        def _arm(self, what: str, seconds: float) -> None:
-            self._disarm()
-            self._waiting_for = what
-            self._deadline = self.loop.call_later(seconds, self._expired)
+    def connection_lost(self, exc) -> None:
+        self._disarm()
+        super().connection_lost(exc)
 
-        def _disarm(self) -> None:
-            if self._deadline is not None:
-                self._deadline.cancel()
-                self._deadline = None
-            self._waiting_for = ""
+    def _arm(self, what: str, seconds: float) -> None:
+        self._disarm()
+        self._waiting_for = what
+        self._deadline = self.loop.call_later(seconds, self._expired)
 
-        def _expired(self) -> None:
-            if self.transport.is_closing():
-                return
-            client = f"{self.client[0]}:{self.client[1]}" if self.client else "?"
-            if self._waiting_for == "body" and self.cycle is not None and not self.cycle.response_started:
-                log.info("client %s: request body not complete after %g s; closing", client, limits.body_timeout)
-                self._send_error(408, f"the request body was not complete within {limits.body_timeout:g} s")
-                self.cycle.disconnected = True       # the app's answer, if any, goes nowhere
-                self.cycle.message_event.set()
-            else:
-                log.info("client %s: no complete request %s after %g s; closing", client,
-                         "body" if self._waiting_for == "body" else "headers",
-                         limits.body_timeout if self._waiting_for == "body" else limits.header_timeout)
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+        self._waiting_for = ""
+
+    def _expired(self) -> None:
+        if self.transport.is_closing():
+            return
+        client = f"{self.client[0]}:{self.client[1]}" if self.client else "?"
+        if self._waiting_for == "body" and self.cycle is not None and not self.cycle.response_started:
+            log.info("client %s: request body not complete after %g s; closing", client, self.limits.body_timeout)
+            self._send_error(408, f"the request body was not complete within {self.limits.body_timeout:g} s")
+            self.cycle.disconnected = True       # the app's answer, if any, goes nowhere
+            self.cycle.message_event.set()
+        else:
+            log.info("client %s: no complete request %s after %g s; closing", client,
+                     "body" if self._waiting_for == "body" else "headers",
+                     self.limits.body_timeout if self._waiting_for == "body" else self.limits.header_timeout)
+        self.transport.close()
+
+    def _send_error(self, status: int, message: str) -> None:
+        body = json.dumps(error_body(status, message)).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                   (b"connection", b"close")]
+        if status == 503:
+            headers.append((b"retry-after", b"1"))
+        try:
+            self.transport.write(self.conn.send(h11.Response(status_code=status, headers=headers)))
+            self.transport.write(self.conn.send(h11.Data(data=body)))
+            self.transport.write(self.conn.send(h11.EndOfMessage()))
+        except h11.LocalProtocolError:
+            pass                # a response was already under way: closing is all that is left
+
+    def handle_events(self) -> None:
+        if self._over_capacity:
+            return self._refuse_over_capacity()
+        super().handle_events()
+        self._follow_request_state()
+
+    def _refuse_over_capacity(self) -> None:
+        try:
+            while (event := self.conn.next_event()) is not h11.NEED_DATA:
+                if isinstance(event, h11.Request):
+                    log.warning("more than %d connections open: 503 for %s", self.limits.max_connections,
+                                event.target.decode("latin-1")[:100])
+                    self._send_error(503, f"the server has {self.limits.max_connections} connections open "
+                                          f"(--max-connections); retry later")
+                    self.transport.close()
+                    return
+        except h11.RemoteProtocolError:
             self.transport.close()
 
-        def _send_error(self, status: int, message: str) -> None:
-            body = json.dumps(error_body(status, message)).encode()
-            headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                       (b"connection", b"close")]
-            if status == 503:
-                headers.append((b"retry-after", b"1"))
-            try:
-                self.transport.write(self.conn.send(h11.Response(status_code=status, headers=headers)))
-                self.transport.write(self.conn.send(h11.Data(data=body)))
-                self.transport.write(self.conn.send(h11.EndOfMessage()))
-            except h11.LocalProtocolError:
-                pass                # a response was already under way: closing is all that is left
+    def _follow_request_state(self) -> None:
+        state = self.conn.their_state
+        if state is h11.SEND_BODY:
+            if self._waiting_for != "body":
+                self._arm("body", self.limits.body_timeout)
+        elif state is not h11.IDLE:
+            self._disarm()          # the request is in (or the connection ends)
 
-        def handle_events(self) -> None:
-            if self._over_capacity:
-                return self._refuse_over_capacity()
-            super().handle_events()
-            self._follow_request_state()
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.transport.is_closing() and self.conn.their_state is h11.IDLE:
+            self._arm("headers", self.limits.header_timeout)
 
-        def _refuse_over_capacity(self) -> None:
-            try:
-                while (event := self.conn.next_event()) is not h11.NEED_DATA:
-                    if isinstance(event, h11.Request):
-                        log.warning("more than %d connections open: 503 for %s", limits.max_connections,
-                                    event.target.decode("latin-1")[:100])
-                        self._send_error(503, f"the server has {limits.max_connections} connections open "
-                                              f"(--max-connections); retry later")
-                        self.transport.close()
-                        return
-            except h11.RemoteProtocolError:
-                self.transport.close()
 
-        def _follow_request_state(self) -> None:
-            state = self.conn.their_state
-            if state is h11.SEND_BODY:
-                if self._waiting_for != "body":
-                    self._arm("body", limits.body_timeout)
-            elif state is not h11.IDLE:
-                self._disarm()          # the request is in (or the connection ends)
-
-        def on_response_complete(self) -> None:
-            super().on_response_complete()
-            if not self.transport.is_closing() and self.conn.their_state is h11.IDLE:
-                self._arm("headers", limits.header_timeout)
-
-    return GuardedH11Protocol
+def protocol_class(limits: ConnectionLimits) -> type:
+    """GuardedH11Protocol bound to these limits (uvicorn instantiates the class itself)."""
+    return type("GuardedH11Protocol", (GuardedH11Protocol,), {"limits": limits})
 
 
 class GracefulServer(uvicorn.Server):

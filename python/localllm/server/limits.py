@@ -74,7 +74,7 @@ class RequestLimits:
         limit = self.prompt_chars(n_ctx)
         chars = 0
         for m in messages:
-            for key, value in m.items():
+            for value in m.values():
                 chars += len(value) if isinstance(value, str) else len(json.dumps(value, default=str))
             if chars > limit:
                 raise _too_long("messages", f"over {limit} characters", limit, n_ctx)
