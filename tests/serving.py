@@ -24,21 +24,25 @@ def free_port() -> int:
 class LiveServer:
     """`with LiveServer(model, "-c", "1024") as srv:` srv.url is http://127.0.0.1:PORT."""
 
-    def __init__(self, model: Path, *args: str, timeout: float = 120):
+    def __init__(self, model: Path, *args: str, timeout: float = 120, log: Path | None = None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.cmd = [sys.executable, "-m", "localllm_cli", "serve", "-m", str(model), "--port", str(self.port),
                     "-t", "2", "--log-level", "warning", *args]
         self.timeout = timeout
+        self.log = log            # the server's output goes there (read it with log_text), else a pipe
         self.proc: subprocess.Popen | None = None
 
     def __enter__(self) -> "LiveServer":
         env = package_env()
-        self.proc = subprocess.Popen(self.cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        out = open(self.log, "w") if self.log is not None else subprocess.PIPE
+        self.proc = subprocess.Popen(self.cmd, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
+        if self.log is not None:
+            out.close()
         deadline = time.time() + self.timeout
         while time.time() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited ({self.proc.returncode}): {self.proc.stdout.read()}")
+                raise RuntimeError(f"server exited ({self.proc.returncode}): {self.log_text()}")
             try:
                 if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
                     return self
@@ -56,6 +60,18 @@ class LiveServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+    def log_text(self) -> str:
+        if self.log is not None:
+            return Path(self.log).read_text(errors="replace")
+        return self.proc.stdout.read() if self.proc is not None and self.proc.poll() is not None else ""
+
+    def rss(self) -> int:
+        """The server process's resident memory, bytes."""
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        raise RuntimeError("no VmRSS")
 
     def metrics(self) -> dict[str, float]:
         """The /metrics samples (name or name{labels} -> value)."""

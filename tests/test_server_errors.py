@@ -36,10 +36,10 @@ BAD = [
     (COMPL, {"prompt": 5}, 400, "prompt must be a string, a list of token ids", "prompt"),
     (COMPL, {"prompt": [1.5, 2]}, 400, "prompt must be a string, a list of token ids", "prompt"),
     (COMPL, {"prompt": [True]}, 400, "prompt must be", "prompt"),
-    (COMPL, {"prompt": [10 ** 7]}, 400, "out of range", None),
+    (COMPL, {"prompt": [10 ** 7]}, 400, "out of range", "prompt"),
     (COMPL, {"prompt": [-3]}, 400, "prompt must be", "prompt"),
     (COMPL, {"prompt": []}, 400, "prompt is an empty list", "prompt"),
-    (COMPL, {"prompt": ""}, 400, "empty", None),
+    (COMPL, {"prompt": ""}, 400, "empty", "prompt"),
     (COMPL, {"prompt": "x", "temperature": "hot"}, 400, "temperature: Input should be a valid number", "temperature"),
     (COMPL, {"prompt": "x", "temperature": -1}, 400, "temperature", "temperature"),
     (COMPL, {"prompt": "x", "max_tokens": 0}, 400, "max_tokens", "max_tokens"),
@@ -54,26 +54,27 @@ BAD = [
     (COMPL, {"prompt": "x", "n": 0}, 400, "n: Input should be greater than or equal to 1", "n"),
     (COMPL, {"prompt": "x", "n": 1000}, 400, "n: Input should be less than or equal to 64", "n"),
     (COMPL, {"prompt": "x", "stop": 3}, 400, "stop must be a string or a list of strings", "stop"),
-    (COMPL, {"prompt": "x", "stop": [""]}, 400, "stop strings must be non-empty", None),
+    (COMPL, {"prompt": "x", "stop": [""]}, 400, "stop strings must be non-empty", "stop"),
     (COMPL, {"prompt": "x", "presence_penalty": 3}, 400, "presence_penalty", "presence_penalty"),
     (COMPL, {"prompt": "x", "repetition_penalty": 0}, 400, "repetition_penalty", "repetition_penalty"),
-    (COMPL, {"prompt": "x", "logit_bias": {"abc": 1}}, 400, "logit_bias keys must be token ids", None),
-    (COMPL, {"prompt": "x", "logit_bias": {"99999999": 1}}, 400, "logit_bias token 99999999 out of range", None),
+    (COMPL, {"prompt": "x", "logit_bias": {"abc": 1}}, 400, "logit_bias: keys must be token ids", "logit_bias"),
+    (COMPL, {"prompt": "x", "logit_bias": {"99999999": 1}}, 400, "logit_bias: token '99999999' is out of range",
+     "logit_bias"),
     (COMPL, {"prompt": "x", "logit_bias": {"5": 500}}, 400, "logit_bias.5", "logit_bias.5"),
     (COMPL, {"prompt": "x", "logprobs": 50}, 400, "logprobs", "logprobs"),
     (COMPL, {"prompt": "x", "stream": "yes"}, 400, "stream: Input should be a valid boolean", "stream"),
     (COMPL, {"prompt": "x", "echo": True}, 400, "echo is not supported", "echo"),
     (COMPL, {"prompt": "x", "model": "gpt-4"}, 400, "model 'gpt-4' is not served here", "model"),
-    (COMPL, {"prompt": "word " * 400}, 400, "longer than the context", None),
+    (COMPL, {"prompt": "word " * 400}, 400, "longer than the context", "prompt"),
     (CHAT, {"messages": []}, 400, "messages: List should have at least 1 item", "messages"),
     (CHAT, {"messages": "hi"}, 400, "messages: Input should be a valid array", "messages"),
     (CHAT, {"messages": [{"content": "hi"}]}, 400, "messages.0.role: this field is required", "messages.0.role"),
     (CHAT, {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
      400, "only text parts are supported", "messages"),
-    (CHAT, {"messages": MSGS, "top_logprobs": 2}, 400, "top_logprobs needs logprobs", None),
+    (CHAT, {"messages": MSGS, "top_logprobs": 2}, 400, "top_logprobs: needs logprobs", "top_logprobs"),
     (CHAT, {"messages": MSGS, "logprobs": 1}, 400, "logprobs: Input should be a valid boolean", "logprobs"),
     (CHAT, {"messages": MSGS, "model": "nope"}, 400, "not served here", "model"),
-    (CHAT, {"messages": [{"role": "user", "content": "word " * 400}]}, 400, "longer than the context", None),
+    (CHAT, {"messages": [{"role": "user", "content": "word " * 400}]}, 400, "longer than the context", "messages"),
     ("/tokenize", {"tokens": [1]}, 400, "exactly one of prompt", None),
     ("/detokenize", {"tokens": ["a"]}, 400, "tokens.0", "tokens.0"),
     ("/detokenize", {"tokens": [10 ** 7]}, 400, "out of range", None),
@@ -85,7 +86,8 @@ BAD = [
                          ids=[f"{i}-{b[0]}" for i, b in enumerate(BAD)])
 def test_bad_input_is_a_clear_4xx(server, path, body, status, words, param):
     content = body if isinstance(body, bytes) else None
-    r = httpx.post(server.url + path, content=content, json=None if content is not None else body, timeout=30)
+    r = httpx.post(server.url + path, content=content, json=None if content is not None else body, timeout=30,
+                   headers={"Content-Type": "application/json"})
     assert r.status_code == status, r.text
     err = r.json()["error"]
     assert words in err["message"], err
@@ -137,7 +139,7 @@ def test_health_is_503_until_the_model_has_loaded(monkeypatch):
     import time
     from fastapi.testclient import TestClient
     from localllm.server import ServerConfig, create_app
-    from localllm.server.app import _State
+    from localllm.server.state import ServerState as _State
 
     go = threading.Event()
     real_load = _State.load

@@ -128,6 +128,11 @@ class StopMatcher:
     string is held back until the following pieces decide it; when a stop string completes,
     everything before it is emitted, the stop string itself is not, and ``stopped`` is True
     (further feeds emit nothing). ``flush()`` returns the held-back text at the end of generation.
+
+    Matching is incremental (an Aho-Corasick automaton over the stop strings): each new
+    character costs O(1) amortized whatever the number of stop strings, so a request with many
+    of them does not slow the engine's step for everyone. Of several matches the one starting
+    first wins (ties: the stop listed first), as ``min(text.find(s))`` over the list would.
     """
 
     def __init__(self, stop_strings: Sequence[str]) -> None:
@@ -138,6 +143,8 @@ class StopMatcher:
             if not isinstance(s, str) or not s:
                 raise ValueError(f"stop strings must be non-empty str, got {s!r}")
         self._stops = stops
+        self._automaton = _StopAutomaton(stops) if stops else None
+        self._state = 0           # automaton node: the held text is its string
         self._held = ""
         self.stopped = False
         self.matched: str | None = None  # the stop string that ended generation
@@ -146,36 +153,78 @@ class StopMatcher:
         """Add the next piece of generated text; return (text safe to emit now, stopped)."""
         if self.stopped:
             return "", True
+        if self._automaton is None:
+            return piece, False
         text = self._held + piece
-        cut, matched = self._earliest_stop(text)
-        if matched is not None:
-            self._held = ""
+        state, match = self._automaton.scan(self._state, piece, len(self._held))
+        if match is not None:
+            cut, index = match
+            self._held, self._state = "", 0
             self.stopped = True
-            self.matched = matched
+            self.matched = self._stops[index]
             return text[:cut], True
-        keep = self._longest_stop_prefix_suffix(text)
+        self._state = state
+        keep = self._automaton.depth[state]     # the longest suffix that may begin a stop string
         self._held = text[len(text) - keep:] if keep else ""
         return text[:len(text) - keep], False
 
     def flush(self) -> str:
         """Return the text still held back (generation ended without completing a stop string)."""
         held, self._held = self._held, ""
+        self._state = 0
         return "" if self.stopped else held
 
-    def _earliest_stop(self, text: str) -> tuple[int, str | None]:
-        best, matched = len(text), None
-        for s in self._stops:
-            i = text.find(s)
-            if i != -1 and i < best:
-                best, matched = i, s
-        return best, matched
 
-    def _longest_stop_prefix_suffix(self, text: str) -> int:
-        """Length of the longest suffix of text that is a proper prefix of some stop string."""
-        longest = 0
-        for s in self._stops:
-            for length in range(min(len(s) - 1, len(text)), longest, -1):
-                if text.endswith(s[:length]):
-                    longest = length
-                    break
-        return longest
+class _StopAutomaton:
+    """Aho-Corasick automaton of a list of stop strings. Node 0 is the root; a node is a prefix
+    of some stop string. ``depth``: its length; ``fail``: the node of its longest proper suffix
+    that is also a prefix; ``out``: (length, list index) of the longest stop string ending there
+    (length 0: none)."""
+
+    def __init__(self, stops: Sequence[str]) -> None:
+        self.goto: list[dict[str, int]] = [{}]
+        self.depth = [0]
+        self.out: list[tuple[int, int]] = [(0, 0)]
+        self.longest = max(len(s) for s in stops)
+        for index, stop in enumerate(stops):
+            node = 0
+            for ch in stop:
+                nxt = self.goto[node].get(ch)
+                if nxt is None:
+                    nxt = len(self.goto)
+                    self.goto[node][ch] = nxt
+                    self.goto.append({})
+                    self.depth.append(self.depth[node] + 1)
+                    self.out.append((0, 0))
+                node = nxt
+            if self.out[node][0] == 0:          # a repeated stop string keeps its first index
+                self.out[node] = (len(stop), index)
+        self.fail = [0] * len(self.goto)
+        queue = list(self.goto[0].values())
+        for node in queue:                      # breadth first: a node's fail link is shallower
+            for ch, child in self.goto[node].items():
+                f = self.fail[node]
+                while f and ch not in self.goto[f]:
+                    f = self.fail[f]
+                target = self.goto[f].get(ch, 0)
+                self.fail[child] = target if target != child else 0
+                if self.out[child][0] == 0:
+                    self.out[child] = self.out[self.fail[child]]
+                queue.append(child)
+
+    def scan(self, state: int, piece: str, offset: int) -> tuple[int, tuple[int, int] | None]:
+        """Feed piece from node `state` (whose string ends at text position `offset`); returns
+        the new node and the earliest match as (start in text, stop index), or None."""
+        goto, fail, out = self.goto, self.fail, self.out
+        best: tuple[int, int] | None = None
+        for j, ch in enumerate(piece, offset + 1):
+            # No later match can start before one found: stop once every start is past it.
+            if best is not None and j - self.longest > best[0]:
+                break
+            while state and ch not in goto[state]:
+                state = fail[state]
+            state = goto[state].get(ch, 0)
+            length, index = out[state]
+            if length and (best is None or (j - length, index) < best):
+                best = (j - length, index)
+        return state, best

@@ -97,12 +97,16 @@ class RequestGroup:
             put(queue, (index, out))
         return sink
 
+    async def next(self) -> tuple[int, RequestOutput]:
+        """The next (index, output); waits for it (callers bound the wait with a timeout)."""
+        index, out = await self._queue.get()
+        if out.finished:
+            self._open -= 1
+        return index, out
+
     async def __aiter__(self) -> AsyncIterator[tuple[int, RequestOutput]]:
         while self._open:
-            index, out = await self._queue.get()
-            if out.finished:
-                self._open -= 1
-            yield index, out
+            yield await self.next()
 
     @property
     def unfinished(self) -> int:

@@ -241,14 +241,16 @@ class Engine:
             for t in prompt_ids:
                 sampler.accept(t)
             samplers.append(sampler)
+        # Stop-string automata are built here, outside the inbox lock the step loop also takes.
+        matchers = [StopMatcher(p.stop or []) for p in params]
         now = time.perf_counter()
         with self._inbox_cond:
             first: Optional[Sequence] = None
-            for p, sampler, sink in zip(params, samplers, sinks):
+            for p, sampler, sink, stops in zip(params, samplers, sinks, matchers):
                 rid = self._next_id
                 self._next_id += 1
                 req = _Request(rid, p, p.max_tokens, sampler, StreamDecoder(self.tokenizer),
-                               StopMatcher(p.stop or []), RequestTimes(submitted=now), keep_logits, sink=sink,
+                               stops, RequestTimes(submitted=now), keep_logits, sink=sink,
                                speculate=speculate)
                 seq = Sequence(rid, list(prompt_ids), len(prompt_ids), BlockTable(self.pool), arrival=rid,
                                payload=req)

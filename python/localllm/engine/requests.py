@@ -6,6 +6,8 @@ tokenize, template, validate and seed a request the same way.
 from __future__ import annotations
 
 import os
+import re
+import uuid
 from dataclasses import dataclass, replace
 from typing import Any, Optional, Sequence, Union
 
@@ -13,7 +15,7 @@ import numpy as np
 
 from ..text.chat import render_chat
 from ..sampling import SamplingParams
-from ..text.tokenizer import Tokenizer
+from ..text.tokenizer import Tokenizer, TokenAttr
 
 __all__ = ["EngineRequest", "RequestBuilder", "Prompt"]
 
@@ -46,15 +48,20 @@ class RequestBuilder:
         n_ctx: longest sequence a request may reach; a prompt must leave room for one token,
             and max_tokens is capped at what remains of the context.
         default_seed: seed used when a request gives none (None: a fresh random seed each time).
+        chat_parse_special: read control-token texts (``<|im_start|>``) written inside chat
+            messages as those tokens. Off by default: only the template's own markup becomes
+            control tokens, so a message cannot forge a turn of another role.
     """
 
     def __init__(self, tokenizer: Tokenizer, chat_template: Optional[str], n_ctx: int,
-                 default_seed: Optional[int] = None):
+                 default_seed: Optional[int] = None, chat_parse_special: bool = False):
         self.tokenizer = tokenizer
         self.chat_template = chat_template
         self.n_ctx = n_ctx
         self.n_vocab = tokenizer.n_vocab
         self.default_seed = default_seed
+        self.chat_parse_special = chat_parse_special
+        self._control_pattern: Optional[re.Pattern] = None
 
     # ---- prompts ----
     def prompt_ids(self, prompt: Any) -> list[int]:
@@ -94,10 +101,60 @@ class RequestBuilder:
                            eos_token=tok.eos_token or "", add_generation_prompt=add_generation_prompt)
 
     def chat_tokens(self, messages: Sequence[dict]) -> list[int]:
-        """Token ids of a rendered conversation; no second BOS when the template writes one."""
+        """Token ids of a rendered conversation; no second BOS when the template writes one.
+        Control-token texts inside the messages stay text (see chat_parse_special)."""
+        literals: dict[str, str] = {}
+        if not self.chat_parse_special:
+            messages = self._mark_control_texts(messages, literals)
         text = self.chat_prompt(messages)
         bos = self.tokenizer.bos_token
-        return self.tokenizer.encode(text, add_special=not (bos and text.startswith(bos)), parse_special=True)
+        add_bos = not (bos and text.startswith(bos))
+        if not literals:            # nothing to keep literal: exactly the template's text, parsed
+            return self.tokenizer.encode(text, add_special=add_bos, parse_special=True)
+        return self._encode_with_literals(text, literals, add_bos)
+
+    def _control_texts(self) -> re.Pattern:
+        """A pattern matching any control token's text, longest first."""
+        if self._control_pattern is None:
+            tok = self.tokenizer
+            texts = {tok.token_text(t) for t in range(self.n_vocab) if tok.token_attr(t) & TokenAttr.CONTROL}
+            texts.discard("")
+            alternatives = sorted(texts, key=len, reverse=True)
+            self._control_pattern = re.compile("|".join(map(re.escape, alternatives)) if alternatives else "(?!)")
+        return self._control_pattern
+
+    def _mark_control_texts(self, messages: Sequence[dict], literals: dict[str, str]) -> list[dict]:
+        """The messages with every control-token text in their string fields (but the role)
+        replaced by a marker no client can guess; literals maps markers back to the text."""
+        pattern, nonce = self._control_texts(), uuid.uuid4().hex
+
+        def mark(m: re.Match) -> str:
+            key = f"\ue000{nonce}:{len(literals)}\ue001"
+            literals[key] = m.group(0)
+            return key
+
+        out = []
+        for message in messages:
+            if isinstance(message, dict):
+                message = {k: pattern.sub(mark, v) if isinstance(v, str) and k != "role" else v
+                           for k, v in message.items()}
+            out.append(message)
+        return out
+
+    def _encode_with_literals(self, text: str, literals: dict[str, str], add_bos: bool) -> list[int]:
+        """Template text with control tokens parsed; the marked message text without."""
+        tok = self.tokenizer
+        out = [tok.bos_id] if add_bos and tok.add_bos and tok.bos_id is not None else []
+        pattern = re.compile("|".join(map(re.escape, literals)))
+        position = 0
+        for m in pattern.finditer(text):
+            out += tok.encode(text[position:m.start()], add_special=False, parse_special=True)
+            out += tok.encode(literals[m.group(0)], add_special=False, parse_special=False)
+            position = m.end()
+        out += tok.encode(text[position:], add_special=False, parse_special=True)
+        if add_bos and tok.add_eos and tok.eos_id is not None:
+            out.append(tok.eos_id)
+        return out
 
     def chat_ids(self, messages: Sequence[dict]) -> list[int]:
         """chat_tokens of a conversation that fits the context as a prompt."""

@@ -2,8 +2,11 @@
 
 Requests become engine requests through `LLM.make_request` (the same path as `LLM.generate`),
 run on the engine's step-loop thread, and come back through `localllm.engine.aio.RequestGroup` to the
-handler's coroutine: the event loop never takes the engine's lock. A client that goes away
-(stream or not) has its requests aborted, so the engine frees their blocks at its next step.
+handler's coroutine: the event loop never takes the engine's lock. Everything a request controls
+is bounded (`limits.py`) before it is tokenized; tokenizing and templating run on worker
+threads, never on the engine's. No answer starts (no 200 header) before the request's first
+output: a request that cannot start gets a 503 body, not a silent stream. A client that goes
+away (stream or not) has its requests aborted, so the engine frees their blocks at its next step.
 """
 from __future__ import annotations
 
@@ -12,9 +15,6 @@ import hmac
 import json
 import logging
 import threading
-import time
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, AsyncIterator, Optional, Union
 
 from fastapi import Depends, FastAPI, Request
@@ -24,92 +24,25 @@ from pydantic import BaseModel, ValidationError
 
 from ..engine.aio import RequestGroup
 from ..text.chat import ChatTemplateError
+from ..engine import RequestOutput
 from ..llm import LLM
 from ..engine.requests import EngineRequest
-from ..engine.speculative import SpecConfig
 from .errors import APIError, bad_request, error_body, install_error_handlers, invalid_body
-from .metrics import CONTENT_TYPE, ServerMetrics
+from .guard import RequestGuard
+from .metrics import CONTENT_TYPE
 from .openai_format import Completion
 from .protocol import ChatRequest, CompletionRequest, DetokenizeRequest, TokenizeRequest
+from .state import InFlight, ServerConfig, ServerState
 
 __all__ = ["ServerConfig", "create_app"]
 
 log = logging.getLogger("localllm.server")
 
 
-@dataclass
-class ServerConfig:
-    """What `localllm serve` was asked for. parallel: sequences generated at once; kv_blocks:
-    the shared KV pool (None: LLM's default); max_queue: requests allowed to wait beyond the
-    running ones before 429."""
-    model: Optional[str] = None
-    n_ctx: int = 4096
-    threads: Optional[int] = None
-    parallel: int = 16
-    kv_blocks: Optional[int] = None
-    max_queue: int = 256
-    api_key: Optional[str] = None
-    n_batch: int = 512
-    speculative: Optional[SpecConfig] = None     # speculative decoding for every request
-    cache_type_k: str = "f16"                    # the KV cache's types (LLM's cache_type_k / _v)
-    cache_type_v: str = "f16"
-
-
-class _State:
-    """The app's model slot (None while loading) and what the handlers share."""
-
-    def __init__(self, config: ServerConfig, llm: Optional[LLM]):
-        self.config = config
-        self.llm = llm
-        self.load_error: Optional[BaseException] = None
-        self.metrics = ServerMetrics(lambda: self.llm.engine if self.llm is not None else None)
-
-    @property
-    def model_id(self) -> str:
-        path = self.llm.model_path if self.llm is not None else Path(self.config.model or "model")
-        return Path(path).stem
-
-    def ready(self) -> LLM:
-        if self.llm is None:
-            if self.load_error is not None:
-                raise APIError(500, f"the model failed to load: {self.load_error}")
-            raise APIError(503, "Loading model", headers={"Retry-After": "1"})
-        return self.llm
-
-    def load(self) -> None:
-        c = self.config
-        try:
-            llm = LLM(c.model, n_threads=c.threads, n_ctx=c.n_ctx, n_batch=c.n_batch, max_running=c.parallel,
-                      kv_blocks=c.kv_blocks, speculative=c.speculative, cache_type_k=c.cache_type_k,
-                      cache_type_v=c.cache_type_v)
-            llm.engine.start()
-            self.llm = llm
-            log.info("model %s loaded in %.2f s", llm.model_path, llm.load_time)
-        except BaseException as e:
-            self.load_error = e
-            log.error("loading the model failed: %s", e)
-            raise
-
-    def check_model(self, model: Optional[str]) -> None:
-        if model is not None and model != self.model_id:
-            raise APIError(400, f"model {model!r} is not served here; this server serves {self.model_id!r}",
-                           param="model", code="model_not_found")
-
-    def admit(self, n_new: int) -> None:
-        """429 when the requests would wait beyond the queue's bound."""
-        running, waiting = self.llm.engine.counts()
-        limit = self.config.parallel + self.config.max_queue
-        if running + waiting + n_new > limit:
-            self.metrics.rejected.labels("429").inc()
-            raise APIError(429, f"the server is busy: {running} requests running, {waiting} waiting "
-                           f"(at most {self.config.max_queue} may wait); retry later",
-                           headers={"Retry-After": "1"})
-
-
 def create_app(config: ServerConfig, llm: Optional[LLM] = None, on_load_error=None) -> FastAPI:
     """The app. Given no `llm`, the model loads on a thread at startup while /health answers 503;
     `on_load_error()` is called if that fails (the CLI stops the server)."""
-    state = _State(config, llm)
+    state = ServerState(config, llm)
     if llm is not None:
         llm.engine.start()
 
@@ -128,6 +61,9 @@ def create_app(config: ServerConfig, llm: Optional[LLM] = None, on_load_error=No
 
     app = FastAPI(title="localllm", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.localllm = state
+    app.add_middleware(RequestGuard, bind_host=config.host, allowed_hosts=config.allowed_hosts,
+                       allowed_origins=config.allowed_origins, max_body_bytes=config.limits.max_body_bytes,
+                       draining=lambda: state.draining)
     install_error_handlers(app)
     auth = [Depends(_api_key_check(config.api_key))]
     _add_info_routes(app, state, auth)
@@ -149,7 +85,7 @@ def _api_key_check(key: Optional[str]):
     return check
 
 
-def _add_info_routes(app: FastAPI, state: _State, auth: list) -> None:
+def _add_info_routes(app: FastAPI, state: ServerState, auth: list) -> None:
     @app.get("/health")
     async def health() -> JSONResponse:
         if state.llm is None:
@@ -177,13 +113,11 @@ def _add_info_routes(app: FastAPI, state: _State, auth: list) -> None:
         if sum(given) != 1:
             raise bad_request("give exactly one of prompt (or content) and messages")
         if body.messages is not None:
-            try:
-                conversation = ChatRequest(messages=body.messages).conversation()
-            except ValueError as e:
-                raise bad_request(str(e), param="messages") from None
+            conversation = _conversation(ChatRequest(messages=body.messages), state, llm)
             tokens = await _user_call(llm.requests.chat_tokens, conversation)
         else:
             text = body.prompt if body.prompt is not None else body.content
+            state.config.limits.check_text(text, "prompt" if body.prompt is not None else "content", llm.n_ctx)
             tokens = await _user_call(llm.tokenize, text, body.add_special_tokens, True)
         return {"tokens": tokens, "count": len(tokens), "max_model_len": llm.n_ctx}
 
@@ -192,28 +126,40 @@ def _add_info_routes(app: FastAPI, state: _State, auth: list) -> None:
         llm = state.ready()
         body = await _body(request, DetokenizeRequest)
         state.check_model(body.model)
+        limit = state.config.limits.prompt_chars(llm.n_ctx)
+        if len(body.tokens) > limit:
+            raise bad_request(f"tokens: {len(body.tokens)} token ids, at most {limit} are allowed", param="tokens")
         tokens = await _user_call(llm.requests.token_ids, body.tokens, "tokens")
-        return {"prompt": llm.detokenize(tokens)}
+        return {"prompt": await run_in_threadpool(llm.detokenize, tokens)}
 
 
 async def _body(request: Request, model: type[BaseModel]) -> Any:
-    """The JSON body as `model`, whatever the Content-Type says (curl -d sends a form type)."""
+    """The JSON body as `model` (the guard has checked its type and bounded its size)."""
     try:
         return model.model_validate_json(await request.body())
     except ValidationError as e:
         raise invalid_body(e) from None
 
 
-async def _user_call(fn, *args):
+async def _user_call(fn, *args, param: Optional[str] = None):
     """Run fn on a worker thread (tokenizing, templating); its ValueError/TypeError is the
     request's fault: 400 with its message."""
     try:
         return await run_in_threadpool(fn, *args)
     except (ValueError, TypeError, ChatTemplateError) as e:
-        raise bad_request(str(e)) from None
+        raise bad_request(str(e), param=param) from None
 
 
-def _add_generation_routes(app: FastAPI, state: _State, auth: list) -> None:
+def _conversation(body: ChatRequest, state: ServerState, llm: LLM) -> list[dict[str, Any]]:
+    try:
+        conversation = body.conversation()
+    except ValueError as e:
+        raise bad_request(str(e), param="messages") from None
+    state.config.limits.check_messages(conversation, llm.n_ctx)
+    return conversation
+
+
+def _add_generation_routes(app: FastAPI, state: ServerState, auth: list) -> None:
     @app.post("/v1/completions", dependencies=auth)
     async def completions(request: Request) -> Response:
         llm = state.ready()
@@ -221,11 +167,14 @@ def _add_generation_routes(app: FastAPI, state: _State, auth: list) -> None:
         state.check_model(body.model)
         if body.echo:
             raise bad_request("echo is not supported", param="echo")
-        sampling = _sampling(body, llm)
         prompts = body.prompts()
         if not prompts:
             raise bad_request("prompt is an empty list", param="prompt")
-        reqs = [await _user_call(lambda p=p: llm.make_request(p, n=body.n, **sampling)) for p in prompts]
+        state.check_choices(body.n, len(prompts))
+        state.config.limits.check_prompts(prompts, llm.n_ctx)
+        sampling = _sampling(body, state, llm)
+        reqs = [await _user_call(lambda p=p: llm.make_request(p, n=body.n, **sampling), param="prompt")
+                for p in prompts]
         return await _run(state, request, body, reqs, "text")
 
     @app.post("/v1/chat/completions", dependencies=auth)
@@ -233,23 +182,25 @@ def _add_generation_routes(app: FastAPI, state: _State, auth: list) -> None:
         llm = state.ready()
         body = await _body(request, ChatRequest)
         state.check_model(body.model)
-        sampling = _sampling(body, llm)
-        try:
-            conversation = body.conversation()
-        except ValueError as e:
-            raise bad_request(str(e), param="messages") from None
-        req = await _user_call(lambda: llm.make_request(messages=conversation, n=body.n, **sampling))
+        state.check_choices(body.n, 1)
+        conversation = _conversation(body, state, llm)
+        sampling = _sampling(body, state, llm)
+        req = await _user_call(lambda: llm.make_request(messages=conversation, n=body.n, **sampling),
+                               param="messages")
         return await _run(state, request, body, [req], "chat")
 
 
-def _sampling(body: Union[ChatRequest, CompletionRequest], llm: LLM) -> dict:
+def _sampling(body: Union[ChatRequest, CompletionRequest], state: ServerState, llm: LLM) -> dict:
+    state.config.limits.check_sampling(body)
     try:
         return body.sampling(llm.n_vocab)
     except ValueError as e:
-        raise bad_request(str(e)) from None
+        message = str(e)          # protocol's messages start with the field's name
+        field = message.split(":", 1)[0]
+        raise bad_request(message, param=field if field in type(body).model_fields else None) from None
 
 
-async def _run(state: _State, request: Request, body: Union[ChatRequest, CompletionRequest],
+async def _run(state: ServerState, request: Request, body: Union[ChatRequest, CompletionRequest],
                reqs: list[EngineRequest], kind: str) -> Response:
     """Submit the engine requests and answer: a stream of chunks, or one JSON body."""
     llm = state.llm
@@ -258,25 +209,35 @@ async def _run(state: _State, request: Request, body: Union[ChatRequest, Complet
                         sum(len(r.prompt_ids) for r in reqs), reqs[0].params.logprobs is not None,
                         body.include_usage)
     group = RequestGroup(llm.engine)
+    flight = state.track(group)
     try:
-        for r in reqs:
-            group.submit(r)
-    except (ValueError, TypeError) as e:
+        for r in reqs:      # a worker thread: n samplers each take the prompt's tokens
+            await _user_call(group.submit, r)
+        if state.draining:  # the drain began while this request was being submitted
+            flight.stopped_by_shutdown = True
+            raise APIError(503, "the server is shutting down", headers={"Retry-After": "1"})
+        state.metrics.prompt_tokens.inc(answer.prompt_tokens)
+        first = await state.first_output(flight)
+    except BaseException:
         group.abort()
-        raise bad_request(str(e)) from None
-    state.metrics.prompt_tokens.inc(answer.prompt_tokens)
+        state.untrack(flight)
+        raise
     if body.stream:
-        return StreamingResponse(_events(state, group, answer), media_type="text/event-stream",
+        return StreamingResponse(_events(state, flight, answer, first), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-    return await _collect(state, request, group, answer)
+    return await _collect(state, request, flight, answer, first)
 
 
-async def _outputs(state: _State, group: RequestGroup) -> AsyncIterator[tuple[int, Any]]:
-    """The group's outputs, observed by the metrics; a failed request raises its error. Requests
-    left unfinished (the client went away) count as aborted."""
+async def _outputs(state: ServerState, group: RequestGroup,
+                   first: tuple[int, RequestOutput]) -> AsyncIterator[tuple[int, RequestOutput]]:
+    """`first`, then the group's outputs, observed by the metrics; a failed request raises its
+    error. Requests left unfinished (the client went away) count as aborted."""
     last: dict[int, Optional[float]] = {}
+    pending: Optional[tuple[int, RequestOutput]] = first
     try:
-        async for index, out in group:
+        while pending is not None or group.unfinished:
+            index, out = pending if pending is not None else await group.next()
+            pending = None
             last[index] = state.metrics.observe(out, last.get(index))
             if out.finish_reason == "error":
                 raise APIError(500, f"generation failed: {out.error}")
@@ -286,53 +247,59 @@ async def _outputs(state: _State, group: RequestGroup) -> AsyncIterator[tuple[in
             state.metrics.finished.labels("abort").inc(group.unfinished)
 
 
-async def _events(state: _State, group: RequestGroup, answer: Completion) -> AsyncIterator[str]:
-    """Server-sent events: one `data:` line per chunk, then `data: [DONE]`. Cancelled when the
+async def _events(state: ServerState, flight: InFlight, answer: Completion,
+                  first: tuple[int, RequestOutput]) -> AsyncIterator[str]:
+    """Server-sent events: one `data:` line per chunk, then `data: [DONE]`; a stream stopped by
+    shutdown ends the same way, its last chunks with finish_reason "abort". Cancelled when the
     client disconnects: leaving the `async with` aborts what is still running."""
-    async with group:
-        try:
-            async for index, out in _outputs(state, group):
-                for chunk in answer.chunks(index, out):
-                    yield f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n"
-        except APIError as e:
-            yield f"data: {json.dumps(error_body(e.status, e.message))}\n\n"
-        if answer.include_usage:
-            yield f"data: {json.dumps(answer.usage_chunk())}\n\n"
-        yield "data: [DONE]\n\n"
+    try:
+        async with flight.group:
+            try:
+                async for index, out in _outputs(state, flight.group, first):
+                    for chunk in answer.chunks(index, out):
+                        yield f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n"
+            except APIError as e:
+                yield f"data: {json.dumps(error_body(e.status, e.message))}\n\n"
+            if answer.include_usage:
+                yield f"data: {json.dumps(answer.usage_chunk())}\n\n"
+            yield "data: [DONE]\n\n"
+        if flight.stopped_by_shutdown:
+            log.info("request %d: stream stopped by shutdown after %d tokens (finish_reason 'abort', [DONE])",
+                     flight.id, answer.usage()["completion_tokens"])
+    except (asyncio.CancelledError, GeneratorExit):
+        log.info("request %d: client went away mid-stream after %d tokens; aborted", flight.id,
+                 answer.usage()["completion_tokens"])
+        raise
+    finally:
+        state.untrack(flight)
 
 
-async def _collect(state: _State, request: Request, group: RequestGroup, answer: Completion) -> JSONResponse:
-    """The whole answer; a client that disconnects while waiting aborts it."""
+async def _collect(state: ServerState, request: Request, flight: InFlight, answer: Completion,
+                   first: tuple[int, RequestOutput]) -> JSONResponse:
+    """The whole answer; a client that disconnects while waiting aborts it, shutdown gives 503."""
     async def watch_disconnect() -> None:
         while (await request.receive())["type"] != "http.disconnect":
             pass
-        group.abort()
+        log.info("request %d: client went away before its answer; aborted", flight.id)
+        flight.group.abort()
 
     watcher = asyncio.create_task(watch_disconnect())
     try:
-        async with group:
-            async for index, out in _outputs(state, group):
+        async with flight.group:
+            async for index, out in _outputs(state, flight.group, first):
                 answer.add(index, out)
     finally:
         watcher.cancel()
+        state.untrack(flight)
+    if flight.stopped_by_shutdown:
+        log.info("request %d: stopped by shutdown after %d tokens; 503", flight.id,
+                 answer.usage()["completion_tokens"])
+        raise APIError(503, f"the server is shutting down: the request was stopped after "
+                       f"{state.config.shutdown_grace:g} s", headers={"Retry-After": "1"})
     return JSONResponse(answer.response())
 
 
 def serve_forever(config: ServerConfig, host: str, port: int, log_level: str = "info") -> None:
     """Run the server with uvicorn until interrupted; a model that fails to load stops it."""
-    import uvicorn
-    server: Optional[uvicorn.Server] = None
-
-    def stop() -> None:
-        if server is not None:
-            server.should_exit = True
-
-    app = create_app(config, on_load_error=stop)
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=log_level,
-                                           timeout_graceful_shutdown=3))
-    started = time.perf_counter()
-    server.run()
-    state: _State = app.state.localllm
-    if state.load_error is not None:
-        raise RuntimeError(f"the model failed to load after {time.perf_counter() - started:.1f} s: "
-                           f"{state.load_error}") from state.load_error
+    from .http import serve_app
+    serve_app(create_app, config, host, port, log_level)

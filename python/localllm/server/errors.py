@@ -1,6 +1,7 @@
 """OpenAI-style errors: every failure answers `{"error": {"message", "type", "param", "code"}}`
-with a status that says whose fault it is (400 bad request, 401 key, 404 path, 429 queue full,
-503 loading, 500 ours)."""
+with a status that says whose fault it is (400 bad request, 401 key, 403 host or origin, 404 path,
+408 too slow, 413 too large, 415 not JSON, 429 queue full, 503 loading, draining or queued too
+long, 500 ours). A client that goes away is one INFO line, not an error."""
 from __future__ import annotations
 
 import json
@@ -11,14 +12,15 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 __all__ = ["APIError", "bad_request", "error_body", "install_error_handlers", "invalid_body"]
 
 log = logging.getLogger("localllm.server")
 
-_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-          405: "invalid_request_error", 413: "invalid_request_error", 429: "rate_limit_error",
-          500: "server_error", 503: "unavailable_error"}
+_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+          404: "not_found_error", 405: "invalid_request_error", 408: "timeout_error", 413: "invalid_request_error",
+          415: "invalid_request_error", 429: "rate_limit_error", 500: "server_error", 503: "unavailable_error"}
 
 
 # Fields of several accepted types: pydantic reports one error per type; say what is accepted.
@@ -83,6 +85,14 @@ def install_error_handlers(app: FastAPI) -> None:
         elif exc.status_code == 405:
             message = f"method {request.method} not allowed on {request.url.path}"
         return _response(exc.status_code, message, headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(ClientDisconnect)
+    async def client_gone(request: Request, _: ClientDisconnect) -> JSONResponse:
+        # Nobody reads this answer; the disconnect is the client's business, worth one line.
+        client = request.client
+        log.info("client %s went away while sending %s %s", f"{client.host}:{client.port}" if client else "?",
+                 request.method, request.url.path)
+        return _response(400, "the client disconnected")
 
     @app.exception_handler(Exception)
     async def internal(_: Request, exc: Exception) -> JSONResponse:

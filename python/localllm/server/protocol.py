@@ -6,7 +6,7 @@ gives the same text as `LLM.generate` with the same fields.
 """
 from __future__ import annotations
 
-from typing import Annotated, Any, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
@@ -14,13 +14,17 @@ __all__ = ["ChatRequest", "CompletionRequest", "DetokenizeRequest", "TokenizeReq
 
 MAX_LOGPROBS = 20        # top alternatives per token (OpenAI allows 20 in chat)
 MAX_N = 64               # choices per request
+MAX_INT = 2**31 - 1      # token counts and top_k: beyond it a value only overflows the native sampler
+# The roles OpenAI's chat API defines; anything else is a client's mistake (or a probe), not a turn.
+ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 Number = StrictFloat            # ints are accepted (as floats), strings and bools are not
 TokenIds = list[Annotated[StrictInt, Field(ge=0)]]
 
 
 class _Body(BaseModel):
-    # Unknown fields (user, metadata, ...) are ignored as OpenAI-compatible servers do.
-    model_config = ConfigDict(extra="ignore")
+    # Unknown fields (user, metadata, ...) are ignored as OpenAI-compatible servers do;
+    # Infinity/NaN (or 1e999) are refused here, naming the field, not deep in the sampler.
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
 
 
 class StreamOptions(_Body):
@@ -30,11 +34,11 @@ class StreamOptions(_Body):
 class _Sampling(_Body):
     """Fields shared by completions and chat completions."""
     model: Optional[StrictStr] = None
-    max_tokens: Optional[Annotated[StrictInt, Field(ge=1)]] = None
-    max_completion_tokens: Optional[Annotated[StrictInt, Field(ge=1)]] = None
+    max_tokens: Optional[Annotated[StrictInt, Field(ge=1, le=MAX_INT)]] = None
+    max_completion_tokens: Optional[Annotated[StrictInt, Field(ge=1, le=MAX_INT)]] = None
     temperature: Optional[Annotated[Number, Field(ge=0)]] = None
     top_p: Optional[Annotated[Number, Field(gt=0, le=1)]] = None
-    top_k: Optional[Annotated[StrictInt, Field(ge=-1)]] = None
+    top_k: Optional[Annotated[StrictInt, Field(ge=-1, le=MAX_INT)]] = None
     min_p: Optional[Annotated[Number, Field(ge=0, le=1)]] = None
     seed: Optional[Annotated[StrictInt, Field(ge=0, lt=2**64)]] = None
     stop: Optional[Union[StrictStr, list[StrictStr]]] = None
@@ -64,7 +68,7 @@ class _Sampling(_Body):
         if self.stop is not None:
             stops = [self.stop] if isinstance(self.stop, str) else list(self.stop)
             if any(not s for s in stops):
-                raise ValueError("stop strings must be non-empty")
+                raise ValueError("stop: stop strings must be non-empty")
             out["stop"] = stops
         if self.logit_bias:
             out["logit_bias"] = {_token_key(k, n_vocab): float(v) for k, v in self.logit_bias.items()}
@@ -81,9 +85,9 @@ def _token_key(key: str, n_vocab: int) -> int:
     try:
         token = int(key)
     except ValueError:
-        raise ValueError(f"logit_bias keys must be token ids, got {key!r}") from None
+        raise ValueError(f"logit_bias: keys must be token ids, got {key[:24]!r}") from None
     if not 0 <= token < n_vocab:
-        raise ValueError(f"logit_bias token {token} out of range [0, {n_vocab})")
+        raise ValueError(f"logit_bias: token {key[:24]!r} is out of range [0, {n_vocab})")
     return token
 
 
@@ -110,8 +114,8 @@ class CompletionRequest(_Sampling):
 
 
 class ChatMessage(_Body):
-    model_config = ConfigDict(extra="allow")     # name, tool_calls, ... reach the template
-    role: StrictStr
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)   # name, tool_calls, ... reach the template
+    role: Literal[ROLES]
     content: Optional[Union[StrictStr, list[dict[str, Any]]]] = None
 
 
@@ -124,18 +128,22 @@ class ChatRequest(_Sampling):
     def sampling(self, n_vocab: int) -> dict[str, Any]:
         out = super().sampling(n_vocab)
         if self.top_logprobs is not None and not self.logprobs:
-            raise ValueError("top_logprobs needs logprobs set to true")
+            raise ValueError("top_logprobs: needs logprobs set to true")
         if self.logprobs:
             out["logprobs"] = self.top_logprobs or 0
         return out
 
     def conversation(self) -> list[dict[str, Any]]:
-        """The messages as template input; text content parts are joined into one string."""
+        """The messages as template input; text content parts are joined into one string, and
+        absent or null content (an assistant turn that only calls tools) is "": templates
+        concatenate content, and None would fail them."""
         out = []
         for i, m in enumerate(self.messages):
             message = m.model_dump(exclude_none=False)
             if isinstance(m.content, list):
                 message["content"] = _join_text_parts(m.content, i)
+            elif m.content is None:
+                message["content"] = ""
             out.append(message)
         return out
 
