@@ -52,7 +52,9 @@ def rss(pid: int) -> int:
 
 def metrics(url: str) -> dict[str, float]:
     out = {}
-    for line in httpx.get(f"{url}/metrics", timeout=10).text.splitlines():
+    # A generous timeout: on a loaded 2-core machine the 64 clients, the server and this sampler
+    # share the cores, and a slow sample is not what the run measures.
+    for line in httpx.get(f"{url}/metrics", timeout=60).text.splitlines():
         if line and not line.startswith("#"):
             name, value = line.rsplit(" ", 1)
             out[name] = float(value)
