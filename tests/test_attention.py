@@ -1,4 +1,4 @@
-"""Attention over the paged KV cache (csrc/attention*.cpp), through _core.attention_test.
+"""Attention over the paged KV cache (csrc/backends/cpu/attention*.cpp), through _core.attention_test.
 
 The reference is float64 numpy with the kernel's documented roundings: q, K and V rounded to
 F16, softmax of scale * q.K^T over positions [max(0, pos - window + 1), pos], probabilities

@@ -134,7 +134,7 @@ def test_cuda_rope_matches_cpu(style, head_dim, rope_dims):
 
 @pytest.mark.parametrize("scaling", ["llama3", "linear", "yarn"])
 def test_cuda_scaled_rope_matches_cpu(scaling):
-    """RoPE scaling (csrc/rope.h, shared by both): frequency factors, linear, YaRN."""
+    """RoPE scaling (csrc/common/rope.h, shared by both): frequency factors, linear, YaRN."""
     rng = np.random.default_rng(7)
     T, H, head_dim = 40, 4, 128
     x = rng.standard_normal((T, H, head_dim)).astype(np.float32)

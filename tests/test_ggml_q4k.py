@@ -1,4 +1,4 @@
-"""Q4_K matmul in llama.cpp's float order (csrc/quants/ggml_q4k.cpp).
+"""Q4_K matmul in llama.cpp's float order (csrc/backends/cpu/ggml_numerics/ggml_q4k.cpp).
 
 Bit-identity with llama.cpp itself is checked against its captured intermediate tensors, which
 CI does not have. Here: the SIMD path equals the scalar reference bit for bit (random rows,

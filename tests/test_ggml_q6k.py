@@ -1,4 +1,4 @@
-"""The Q6_K matmul of the llama.cpp numerics mode (csrc/quants/ggml_q6k.cpp).
+"""The Q6_K matmul of the llama.cpp numerics mode (csrc/backends/cpu/ggml_numerics/ggml_q6k.cpp).
 
 Its bit-for-bit agreement with llama.cpp is checked against llama.cpp's own tensors outside CI
 (they are not in the repository); here: the SIMD kernel (AVX-512, or AVX2 on CPUs without it)

@@ -1,4 +1,4 @@
-"""The "llama.cpp numerics" kernels (csrc/ggml_math.h, quants/ggml_legacy.cpp, attention_ggml.cpp).
+"""The "llama.cpp numerics" kernels (csrc/backends/cpu/ggml_numerics/ggml_math.h, quants/ggml_legacy.cpp, attention_ggml.cpp).
 
 They reproduce llama.cpp's x86 float order exactly; tests/test_fidelity.py holds the whole
 forward to llama.cpp's logits bit for bit. Here each kernel is held to an independent numpy

@@ -15,7 +15,7 @@
 #include <algorithm>
 #include <stdexcept>
 #include <vector>
-#include "layer_blocks.h"
+#include "models/layer_blocks.h"
 
 namespace lll {
 

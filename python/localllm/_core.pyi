@@ -1,4 +1,4 @@
-"""Type stub of the native extension `localllm._core` (C++: csrc/bind_*.cpp)."""
+"""Type stub of the native extension `localllm._core` (C++: csrc/bindings/bind_*.cpp)."""
 from typing import Any, Sequence
 
 import numpy as np
