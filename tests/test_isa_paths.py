@@ -156,7 +156,7 @@ def test_avx2_gives_the_avx512_logits(tmp_path, key: str) -> None:
 
 
 def test_isa_cap_is_honoured_and_checked() -> None:
-    probe = ("from localllm import _core; print(_core.best_isa(), _core.amx_available(), "
+    probe = ("from localllm import _core, _harness; print(_core.best_isa(), _core.amx_available(), "
              "_harness.attention_avx512_available())")
     for level in ISAS:
         proc = run_python(probe, LOCALLLM_ISA=_core.isa_name(level))
