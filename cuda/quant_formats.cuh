@@ -5,6 +5,7 @@
 // scheme: the weight's integers against the activation's int8 values through __dp4a, its scale and
 // min applied once per group). Block structs from csrc/common/blocks.h, shared with the CPU.
 #pragma once
+#include "host_device.cuh"
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include "common/blocks.h"

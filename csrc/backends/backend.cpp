@@ -1,16 +1,13 @@
-// backend.cpp — what every backend shares (tracked allocation) and the one place a placement
-// becomes a backend.
+// backend.cpp — what every backend shares: tracked allocation and the scratch layout.
 #include "backends/backend.h"
+#include "backends/registry.h"
 #include "model/model.h"
 #include <new>
 #include <stdexcept>
 
 namespace lll {
 
-std::unique_ptr<Backend> make_cpu_backend(const BackendConfig& cfg);   // backend_cpu.cpp
-#if defined(LOCALLLM_CUDA_BACKEND)
-std::unique_ptr<Backend> make_cuda_backend(const BackendConfig& cfg);  // backend_cuda.cpp, when cuda/ is built
-#endif
+bool Backend::host_memory() const { return backend_info(placement_).host; }
 
 const char* mem_kind_name(MemKind k) {
     switch (k) {
@@ -74,23 +71,6 @@ ActScratch layout_act_scratch(const HParams& hp, int64_t T, float* base) {
         s.moe_acc = take((int64_t)hp.n_expert_used * hp.n_embd);
     }
     return s;
-}
-
-bool backend_compiled(Placement p) {
-#if defined(LOCALLLM_CUDA_BACKEND)
-    return true;
-#else
-    return p == Placement::CPU;
-#endif
-}
-
-std::unique_ptr<Backend> make_backend(Placement p, const BackendConfig& cfg) {
-    if (p == Placement::CPU) return make_cpu_backend(cfg);
-#if defined(LOCALLLM_CUDA_BACKEND)
-    return make_cuda_backend(cfg);
-#else
-    throw std::invalid_argument("this build of localllm has no CUDA backend: run with -ngl 0 (--device cpu)");
-#endif
 }
 
 }  // namespace lll

@@ -6,8 +6,8 @@
 // GPU), except where a comment says "host". The Model gives each layer one backend (model.cpp);
 // architecture files (csrc/models/*.cpp) call only the ops below, never a kernel.
 //
-// Backends: CpuBackend (backend_cpu.cpp) and, in builds with CUDA, CudaBackend (backend_cuda.cpp),
-// both made by make_backend() (backend.cpp): see docs/architecture.md, "Placement".
+// Backends are listed in the registry (registry.h), which makes them (make_backend): see
+// docs/architecture.md, "Placement" and "Adding a backend".
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -85,9 +85,12 @@ ActScratch layout_act_scratch(const HParams& hp, int64_t T, float* base);
 
 class Backend {
 public:
+    explicit Backend(Placement placement) : placement_(placement) {}
     virtual ~Backend() = default;
-    virtual Placement placement() const = 0;
-    const char* name() const { return placement_name(placement()); }
+    Placement placement() const { return placement_; }
+    const char* name() const { return placement_name(placement_); }
+    // Whether its memory is host memory the CPU's kernels read (registry.h BackendInfo::host).
+    bool host_memory() const;
 
     // ---- memory ----
     // A zero-filled buffer; a failure is an error naming `what` and the size, never a crash.
@@ -145,21 +148,18 @@ protected:
     virtual std::unique_ptr<Buffer> alloc_raw(size_t bytes, MemKind kind) = 0;
     ActScratch scratch_;
 private:
+    Placement placement_;
     // Shared with the buffers, which give their bytes back when released.
     std::shared_ptr<size_t[]> allocated_ = std::shared_ptr<size_t[]>(new size_t[kMemKinds]());
 };
 
-// What a backend is built from.
+// What a backend is built from (registry.h make_backend).
 struct BackendConfig {
     const HParams* hp;
     ThreadPool* pool;        // the CPU's threads
     Isa isa;
     Numerics numerics;
+    Placement placement;     // set by make_backend: the backend's own
 };
-
-// The backend of a placement. CUDA: an error naming the cause where this build has none.
-std::unique_ptr<Backend> make_backend(Placement p, const BackendConfig& cfg);
-// Whether make_backend(p) can succeed in this build (a GPU may still be absent).
-bool backend_compiled(Placement p);
 
 }  // namespace lll

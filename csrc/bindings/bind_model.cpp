@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include "backends/registry.h"
 #include "model/footprint.h"
 #include "model/model.h"
 #include "sampling/sampling.h"
@@ -169,12 +170,6 @@ static py::dict allocated_dict(const Model& self) {
     return d;
 }
 
-static Placement parse_device(const std::string& name) {
-    if (name == "CPU") return Placement::CPU;
-    if (name == "CUDA") return Placement::CUDA;
-    throw std::invalid_argument("device must be 'CPU' or 'CUDA', not '" + name + "'");
-}
-
 // The planner's view of a model file: its weights' views (checked, not read), and the bytes
 // each backend would allocate for a placement (footprint.h), without loading anything.
 class Footprint {
@@ -193,8 +188,7 @@ public:
         check_kv_types(types, hp_.head_dim);
         const LayerPlacement lp = place_layers(hp_.n_layer, n_gpu_layers);
         py::dict d;
-        for (Placement p : {Placement::CPU, Placement::CUDA}) {
-            if (p == Placement::CUDA && n_gpu_layers == 0) continue;
+        for (Placement p : placements_used(lp)) {
             const DeviceBytes b = device_bytes(p, hp_, weights_on(w_, lp, p), kv_blocks, kv_block_size, types, n_batch,
                                                isa_, numerics_);
             py::dict kinds;
@@ -225,8 +219,6 @@ void register_model(py::module_& m) {
              py::arg("n_batch"), py::arg("cache_type_k") = "f16", py::arg("cache_type_v") = "f16",
              "{device: {'weights', 'kv', 'scratch'}} for the last n_gpu_layers layers (and the output head) on "
              "the GPU, a pool of kv_blocks blocks and batches of up to n_batch tokens.");
-    m.def("backend_compiled", [](const std::string& device) { return backend_compiled(parse_device(device)); },
-          py::arg("device"), "Whether this build has the backend of a device ('CPU' or 'CUDA').");
     py::class_<Model>(m, "Model", "A loaded model: weights mapped from GGUF, a paged KV cache, a thread pool.")
         .def(py::init([](const std::string& path, int n_threads, int64_t kv_blocks, int kv_block_size,
                          const std::string& numerics, int n_gpu_layers, const std::string& cache_type_k,
@@ -239,7 +231,7 @@ void register_model(py::module_& m) {
              py::arg("path"), py::arg("n_threads"), py::arg("kv_blocks"), py::arg("kv_block_size") = 16,
              py::arg("numerics") = "fast", py::arg("n_gpu_layers") = 0, py::arg("cache_type_k") = "f16",
              py::arg("cache_type_v") = "f16", py::arg("n_ctx") = 0,
-             "n_gpu_layers: the last n layers and the output head on the GPU (a build with a CUDA backend). "
+             "n_gpu_layers: the last n layers and the output head on the GPU (a build with a GPU backend). "
              "cache_type_k / cache_type_v: the KV cache's storage types, f16 (default), q8_0 or q4_0 "
              "(llama.cpp's --cache-type-k/-v; quantized types on the CPU with the fast numerics). "
              "n_ctx: the longest sequence to be run (LongRoPE files pick their long or short factors by it, "

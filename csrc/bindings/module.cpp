@@ -12,6 +12,7 @@ void register_gguf(py::module_& m);       // bind_gguf.cpp: GGUFFile, GGUFError
 void register_sampling(py::module_& m);   // bind_sampling.cpp: Sampler
 void register_model(py::module_& m);      // bind_model.cpp: Model, KV cache, Footprint
 void register_tokenizer(py::module_& m);  // bind_tokenizer.cpp: BPE merges
+void register_devices(py::module_& m);    // bind_devices.cpp: the backend registry's devices
 
 PYBIND11_MODULE(_core, m) {
     m.doc() = "localllm native core: GGUF reader, block-quantized kernels, forward pass";
@@ -21,10 +22,6 @@ PYBIND11_MODULE(_core, m) {
     register_sampling(m);
     register_model(m);
     register_tokenizer(m);
+    register_devices(m);
     lll::register_self_registered(lll::BindingsModule::Core, m);   // each backend's own (backends/*/)
-#ifdef LOCALLLM_HAVE_CUDA
-    m.attr("cuda_compiled") = true;
-#else
-    m.attr("cuda_compiled") = false;
-#endif
 }

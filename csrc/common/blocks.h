@@ -7,9 +7,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#if defined(__CUDACC__)
-#define LLL_HD __host__ __device__
-#else
+// Qualifies the inline helpers the kernels share; host code unless the kernels' headers define it
+// first (cuda/host_device.cuh: __host__ __device__).
+#ifndef LLL_HD
 #define LLL_HD
 #endif
 

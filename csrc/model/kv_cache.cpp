@@ -120,7 +120,7 @@ KVCache::KVCache(const std::vector<Backend*>& layer_backends, int64_t n_blocks, 
     // Refused before allocating when the host's share cannot fit: more than the machine's memory
     // would end in the OOM killer, not an error (a device backend's alloc reports its own OOM).
     int host_layers = 0;
-    for (const Backend* b : layer_backends) host_layers += b->placement() == Placement::CPU;
+    for (const Backend* b : layer_backends) host_layers += b->host_memory();
     const double bytes = (double)host_layers * (double)layer_bytes(n_blocks, block_size, kv_width, types);
     const double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
     if (bytes > ram)
@@ -134,7 +134,7 @@ KVCache::KVCache(const std::vector<Backend*>& layer_backends, int64_t n_blocks, 
                                                "KV cache of layer " + std::to_string(l)));
         k_.push_back(storage_.back()->data());
         v_.push_back(storage_.back()->data() + k_part);
-        host_.push_back(backends_[l]->placement() == Placement::CPU);
+        host_.push_back(backends_[l]->host_memory());
     }
 }
 

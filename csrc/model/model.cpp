@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include <algorithm>
 #include <stdexcept>
+#include "backends/registry.h"
 #include "model/weights.h"
 
 namespace lll {
@@ -36,7 +37,7 @@ Model::Model(const std::string& path, int n_threads, int64_t kv_blocks, int kv_b
     if (n_threads < 1) throw std::invalid_argument("n_threads must be >= 1");
     check_kv_types(kv_types, hp_.head_dim);
     // The quantized cache is read by the fast CPU attention only: llama.cpp numerics reproduce
-    // its f16-cache attention, and the CUDA attention kernels read F16.
+    // its f16-cache attention, and the GPU attention kernels read F16.
     if ((kv_types.k != GGMLType::F16 || kv_types.v != GGMLType::F16) &&
         (numerics == Numerics::LlamaCpp || n_gpu_layers != 0))
         throw std::invalid_argument(std::string("a ") + cache_type_name(kv_types.k) + "/" + cache_type_name(kv_types.v) +
@@ -48,9 +49,8 @@ Model::Model(const std::string& path, int n_threads, int64_t kv_blocks, int kv_b
     placement_ = place_layers(hp_.n_layer, n_gpu_layers);
     pool_ = std::make_unique<ThreadPool>(n_threads);
     isa_ = best_isa();
-    const BackendConfig cfg{&hp_, pool_.get(), isa_, numerics_};
-    backends_.push_back(make_backend(Placement::CPU, cfg));
-    if (n_gpu_layers > 0) backends_.push_back(make_backend(Placement::CUDA, cfg));
+    const BackendConfig cfg{&hp_, pool_.get(), isa_, numerics_, kHostPlacement};
+    for (Placement p : placements_used(placement_)) backends_.push_back(make_backend(p, cfg));
     for (Placement p : placement_.layers) layer_backend_.push_back(&backend_at(p));
     output_backend_ = &backend_at(placement_.output);
     place_weights();

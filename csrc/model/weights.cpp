@@ -2,6 +2,7 @@
 #include "model/weights.h"
 #include <stdexcept>
 #include "backends/cpu/quants/quants.h"
+#include "backends/registry.h"
 
 namespace lll {
 
@@ -222,11 +223,24 @@ LayerPlacement place_layers(int n_layer, int n_gpu_layers) {
     if (n_gpu_layers < 0 || n_gpu_layers > n_layer)
         throw std::invalid_argument("n_gpu_layers = " + std::to_string(n_gpu_layers) + " is out of range [0, " +
                                     std::to_string(n_layer) + "]");
+    const Placement offload = n_gpu_layers > 0 ? offload_placement() : kHostPlacement;
     LayerPlacement lp;
     for (int il = 0; il < n_layer; ++il)
-        lp.layers.push_back(il >= n_layer - n_gpu_layers ? Placement::CUDA : Placement::CPU);
-    lp.output = n_gpu_layers > 0 ? Placement::CUDA : Placement::CPU;
+        lp.layers.push_back(il >= n_layer - n_gpu_layers ? offload : kHostPlacement);
+    lp.output = offload;
     return lp;
+}
+
+std::vector<Placement> placements_used(const LayerPlacement& lp) {
+    std::vector<Placement> used{kHostPlacement};
+    auto add = [&](Placement p) {
+        for (Placement u : used)
+            if (u == p) return;
+        used.push_back(p);
+    };
+    for (Placement p : lp.layers) add(p);
+    add(lp.output);
+    return used;
 }
 
 PlacedWeights weights_on(ModelWeights& w, const LayerPlacement& lp, Placement p) {

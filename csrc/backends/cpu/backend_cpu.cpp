@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include "backends/cpu/attention.h"
 #include "backends/backend.h"
+#include "backends/cpu/footprint_cpu.h"
 #include "model/footprint.h"
 #include "backends/cpu/matmul.h"
 #include "model/model.h"
@@ -47,8 +48,7 @@ public:
 class CpuBackend : public Backend {
 public:
     explicit CpuBackend(const BackendConfig& cfg)
-        : hp_(cfg.hp), pool_(*cfg.pool), isa_(cfg.isa), numerics_(cfg.numerics) {}
-    Placement placement() const override { return Placement::CPU; }
+        : Backend(cfg.placement), hp_(cfg.hp), pool_(*cfg.pool), isa_(cfg.isa), numerics_(cfg.numerics) {}
 
     void copy(void* dst, const void* src, size_t n) override { memcpy(dst, src, n); }
     void to_host(void* dst, const void* src, size_t n) override { memcpy(dst, src, n); }

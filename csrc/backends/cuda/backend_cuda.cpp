@@ -1,17 +1,18 @@
 // backend_cuda.cpp — the CUDA backend: backend.h's ops on the kernels of cuda/ through their C API
 // (cuda/cuda_api.h). Compiled into every build (so its host-side logic is one code path) but
-// registered only where CMake defines LOCALLLM_CUDA_BACKEND, i.e. where cuda/ is built.
+// compiled only where CMake defines LOCALLLM_HAVE_CUDA, i.e. where cuda/ is built (register.cpp).
 //
 // Every buffer is sized by footprint.h's CUDA rule, so a plan is what this allocates. All work is
 // queued on one stream of the backend's own; copies to the host wait for it. Sampling stays on
 // the CPU: output_head copies the wanted logits rows back.
-#if defined(LOCALLLM_CUDA_BACKEND)
+#if defined(LOCALLLM_HAVE_CUDA)
 #include <string.h>
 #include <algorithm>
 #include <stdexcept>
 #include <string>
 #include "cuda_api.h"
 #include "backends/backend.h"
+#include "backends/cuda/footprint_cuda.h"
 #include "model/footprint.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
@@ -55,10 +56,10 @@ struct RopeTable {
 
 class CudaBackend : public Backend {
 public:
-    explicit CudaBackend(const BackendConfig& cfg) : hp_(cfg.hp) {
+    explicit CudaBackend(const BackendConfig& cfg) : Backend(cfg.placement), hp_(cfg.hp) {
         if (llc_device_count() == 0)
             throw std::runtime_error("CUDA backend: no CUDA device (or driver) on this machine: run with -ngl 0");
-        check(llc_set_device(0));
+        check(llc_set_device(cfg.placement.device));
         check(llc_stream_create(&stream_));
         if (!hp_->rope_freq_factors.empty()) {   // rope_freqs.weight, which every layer's rope reads
             const size_t bytes = hp_->rope_freq_factors.size() * sizeof(float);
@@ -72,7 +73,6 @@ public:
         weights_.reset();
         llc_stream_destroy(stream_);
     }
-    Placement placement() const override { return Placement::CUDA; }
 
     void copy(void* dst, const void* src, size_t n) override { check(llc_memcpy_d2d(dst, src, n, stream_)); }
     void to_host(void* dst, const void* src, size_t n) override {
@@ -120,7 +120,7 @@ protected:
 
 private:
     llc_kv_layer kv_layer(const KVCache& kv, int layer) const {
-        if (kv.placement(layer) != Placement::CUDA)
+        if (kv.placement(layer) != placement())
             throw std::logic_error("CUDA backend: layer " + std::to_string(layer) + "'s KV cache is not on the GPU");
         if (!kv.is_f16()) throw std::invalid_argument("CUDA backend: the KV cache on the GPU must be f16");
         return llc_kv_layer{kv.k_data(layer), kv.v_data(layer),
@@ -243,7 +243,7 @@ void CudaBackend::rope(float* x, int64_t T, int n_heads, int head_dim, int rope_
 
 void CudaBackend::embed(const EmbeddingTable& table, const int32_t* tokens, int64_t T, float* out) {
     const WeightRef& e = table.rows;
-    if (e.placement != Placement::CUDA || table.fd >= 0)
+    if (e.placement != placement() || table.fd >= 0)
         throw std::logic_error("CUDA backend: the token embedding is not on the GPU");
     for (int64_t t = 0; t < T; ++t)
         if (tokens[t] < 0 || tokens[t] >= e.ne1)
@@ -276,4 +276,4 @@ void CudaBackend::output_head(const float* x, const Batch& b, const WeightRef& n
 std::unique_ptr<Backend> make_cuda_backend(const BackendConfig& cfg) { return std::make_unique<CudaBackend>(cfg); }
 
 }  // namespace lll
-#endif  // LOCALLLM_CUDA_BACKEND
+#endif  // LOCALLLM_HAVE_CUDA

@@ -10,6 +10,7 @@
 
 #include "backends/cpu/attention.h"
 #include "backends/cpu/ops.h"
+#include "backends/registry.h"
 #include "model/kv_cache.h"
 
 namespace py = pybind11;
@@ -60,8 +61,8 @@ py::array_t<float> attention_test_py(const F32Array& q, const F32Array& k, const
     if (kernel < -1 || kernel > 2) throw std::invalid_argument("attention_test: kernel must be -1 (auto), 0 (scalar), 1 (AVX2) or 2 (AVX-512)");
     const int64_t n_seqs = block_tables.shape(0), max_blocks = block_tables.shape(1);
     SharedPool& sp = shared_pool(n_threads);
-    const lll::BackendConfig cfg{nullptr, &sp.pool, lll::best_isa(), lll::Numerics::Fast};
-    const std::unique_ptr<lll::Backend> host = lll::make_backend(lll::Placement::CPU, cfg);   // KV memory only
+    const lll::BackendConfig cfg{nullptr, &sp.pool, lll::best_isa(), lll::Numerics::Fast, lll::kHostPlacement};
+    const std::unique_ptr<lll::Backend> host = lll::make_backend(lll::kHostPlacement, cfg);   // KV memory only
     const lll::KVTypes types{lll::parse_cache_type(cache_type_k), lll::parse_cache_type(cache_type_v)};
     lll::KVCache kv({host.get()}, n_blocks, block_size, (int)n_head_kv, (int)hd, types);
     for (int64_t t = 0; t < T; ++t) {   // kv_write trusts its batch: check what it will index
