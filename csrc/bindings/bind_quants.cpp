@@ -148,7 +148,7 @@ py::dict traits_dict(const lll::TypeTraits& tt) {
     for (int level = 0; level < 3; ++level)
         if (tt.kernels[level]) levels.append(lll::isa_name(static_cast<lll::Isa>(level)));
     info["kernels"] = levels;
-    info["repackable"] = tt.repackable;
+    info["repackable"] = tt.repackable();
     return info;
 }
 

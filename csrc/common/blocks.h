@@ -103,10 +103,21 @@ static_assert(sizeof(block_iq4_xs) == 2 + 2 + QK_K / 64 + QK_K / 2, "block_iq4_x
 
 namespace kern { struct KernelSet; }   // csrc/backends/cpu/quants/dot/dot_impl.h
 
-// One ggml tensor type: its layout and everything the runtime does with it. The one table of
-// these is the type registry (csrc/backends/cpu/quants/type_registry.cpp); every other list of types (the
-// dispatch of conversions and dot products, GGUF's type names, Python's GGMLType, the
-// converter's checks) is derived from it, so adding a type is adding one entry there.
+// The family of block-sequential kernels (csrc/backends/cpu/quants/bseq/bseq.h) a weight type runs
+// in, i.e. the integer terms of its fold: legacy 32-blocks (with a min term or not), Q4_K / Q5_K
+// super-blocks (scales and mins), Q6_K (signed int8 scales). None: not block-sequential (the tile
+// kernels run it, from GGUF rows).
+enum class BseqFamily : uint8_t { None, Legacy, LegacyMin, KQuant, Q6K };
+
+// One activation row -> blocks of an activation type at one ISA level (n a multiple of the block).
+typedef void (*ActQuantFn)(const float* x, void* dst, int64_t n);
+
+// One ggml tensor type: its layout and everything the runtime does with it (ggml's type_traits).
+// The one table of these is the type registry (csrc/backends/cpu/quants/type_registry.cpp); the
+// dispatches of conversions, activation quantization, dot products and repacking read it, as do
+// GGUF's type names, Python's GGMLType and the converter's checks, so adding a type is adding
+// one entry there (plus, for a block-sequential type, its case in the bseq kernel files, which
+// the registry checks at compile time). docs/architecture.md: "Adding a block type".
 struct TypeTraits {
     GGMLType id;
     const char* name;        // ggml's name, e.g. "Q4_K"
@@ -121,7 +132,13 @@ struct TypeTraits {
     // Dot-product kernel set written for each level (Isa: scalar, AVX2, AVX-512); a level
     // without one falls back to the level below (kern::find_kernels).
     const kern::KernelSet* (*kernels[3])();
-    bool repackable;         // block-sequential at AVX-512 (bseq.h): repacked into panels at load
+    // As an activation type (some type's vec_dot_type): its quantizer written for each level
+    // (ggml's x86 rounding, the same bytes at every level); a level without one falls back to
+    // the level below. Null everywhere for types never used as activations.
+    ActQuantFn act_quant[3];
+    BseqFamily bseq;         // its block-sequential family: repacked into panels at load when not None
+
+    constexpr bool repackable() const { return bseq != BseqFamily::None; }
 };
 
 // Traits of a type id; nullptr when the id is not a type this runtime supports.

@@ -91,7 +91,7 @@ constexpr int kMaxJobs = 4;   // matrices per parallel region (q/k/v: 3)
 // decides: matmul_q, can_repack and the repacked entry points ask it.
 Isa bseq_level(GGMLType wtype, Isa isa) {
     const TypeTraits* tt = type_traits(wtype);
-    const kern::KernelSet* ks = tt && tt->repackable ? kern::find_kernels(wtype, isa) : nullptr;
+    const kern::KernelSet* ks = tt && tt->repackable() ? kern::find_kernels(wtype, isa) : nullptr;
     return ks && (ks->isa == Isa::AVX512 || ks->isa == Isa::AVX2) ? ks->isa : Isa::Scalar;
 }
 

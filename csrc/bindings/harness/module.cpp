@@ -11,11 +11,13 @@ namespace py = pybind11;
 void register_matmul_harness(py::module_& m);    // bind_matmul.cpp: quantize_act, vec_dot, matmul*
 void register_ops_harness(py::module_& m);       // bind_ops.cpp: rms_norm, GLUs, attention_test
 void register_measure_harness(py::module_& m);   // bind_measure.cpp: read bandwidth, pool latency
+void register_dispatch_harness(py::module_& m);  // bind_dispatch.cpp: every type through every dispatch
 
 PYBIND11_MODULE(_harness, m) {
     m.doc() = "localllm test and benchmark harness: kernels and layer ops one entry at a time";
     register_matmul_harness(m);
     register_ops_harness(m);
     register_measure_harness(m);
+    register_dispatch_harness(m);
     lll::register_self_registered(lll::BindingsModule::Harness, m);   // each backend's ops (backends/*/harness/)
 }

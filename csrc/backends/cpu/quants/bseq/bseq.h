@@ -33,7 +33,16 @@ namespace bseq {
 
 constexpr int kPanel = 16;   // weight rows per packed panel (one zmm lane each)
 
+// The weight types the kernels below are written for: each bseq_*.cpp switch (one template
+// instantiation per type) covers exactly these, and the type registry asserts at compile time
+// that its block-sequential entries (TypeTraits::bseq) are this list.
+constexpr GGMLType kBseqTypes[] = {GGMLType::Q4_0, GGMLType::Q4_1, GGMLType::Q5_0, GGMLType::Q5_1,
+                                   GGMLType::Q8_0, GGMLType::Q4_K, GGMLType::Q5_K, GGMLType::Q6_K};
+
+// Whether wtype is block-sequential (the registry's TypeTraits::bseq is not None).
 bool supported(GGMLType wtype);
+// Its family (BseqFamily::None for other types).
+BseqFamily family(GGMLType wtype);
 
 // Scalar reference of the definition above: one weight row . one activation row (quantized to
 // type_traits(wtype)->vec_dot_type), n elements.

@@ -71,7 +71,7 @@ struct ReplayRows {
     const uint8_t* take(size_t n) const {
         const uint8_t* p = *in;
         // Two panels ahead, into L2 (hint T2): the L1's 16 fill buffers cannot keep a whole
-        // panel's lines in flight from DRAM, the L2's queue can (stop 11: +5-15% GB/s streamed
+        // panel's lines in flight from DRAM, the L2's queue can (+5-15% GB/s streamed
         // by the one-row kernels against one panel ahead into L1).
         if (sw_prefetch)
             for (size_t o = 0; o < n; o += 64) __builtin_prefetch(p + 2 * ahead + o, 0, 1);
@@ -214,7 +214,8 @@ void pack_panel(GGMLType t, const S& R, int64_t nu, Sink& P) {
         case GGMLType::Q8_0: pack_q8_0(R, nu, P); break;
         case GGMLType::Q4_K: pack_k4<false, S, Sink>(R, nu, P); break;
         case GGMLType::Q5_K: pack_k4<true, S, Sink>(R, nu, P); break;
-        default: pack_q6_K(R, nu, P); break;
+        case GGMLType::Q6_K: pack_q6_K(R, nu, P); break;
+        default: throw std::logic_error("bseq::pack_panel: not a block-sequential type (bseq.h kBseqTypes)");
     }
 }
 
@@ -510,14 +511,15 @@ void run_rows_pair(GGMLType t, const Panel& P0, const Panel& P1, int64_t nu, con
                    float* y, int64_t ldy, __mmask16 lanes1) {
     __m512 acc0[C], acc1[C];
     for (int c = 0; c < C; ++c) acc0[c] = acc1[c] = _mm512_setzero_ps();
-    switch (t) {
-        case GGMLType::Q4_1: case GGMLType::Q5_1: kernel_legacy_pair<C, true>(P0, P1, nu, a, m, acc0, acc1); break;
-        case GGMLType::Q4_K: case GGMLType::Q5_K: kernel_kquant_pair<C, false, true>(P0, P1, nu, a, m, acc0, acc1); break;
-        case GGMLType::Q6_K:
+    switch (family(t)) {   // every family, no default: -Wswitch names one left out
+        case BseqFamily::LegacyMin: kernel_legacy_pair<C, true>(P0, P1, nu, a, m, acc0, acc1); break;
+        case BseqFamily::KQuant: kernel_kquant_pair<C, false, true>(P0, P1, nu, a, m, acc0, acc1); break;
+        case BseqFamily::Q6K:
             if (q6k_scale_split_pays()) kernel_kquant_pair<C, true, true>(P0, P1, nu, a, m, acc0, acc1);
             else kernel_kquant_pair<C, true, false>(P0, P1, nu, a, m, acc0, acc1);
             break;
-        default: kernel_legacy_pair<C, false>(P0, P1, nu, a, m, acc0, acc1); break;
+        case BseqFamily::Legacy: kernel_legacy_pair<C, false>(P0, P1, nu, a, m, acc0, acc1); break;
+        case BseqFamily::None: throw std::logic_error("bseq::matmul_avx512: not a block-sequential type");
     }
     for (int c = 0; c < C; ++c) {
         _mm512_storeu_ps(y + (m + c) * ldy, acc0[c]);
@@ -540,11 +542,12 @@ void run_rows(GGMLType t, const Panel& P, int64_t nu, const ActPack& a, int64_t 
               int64_t ldy, __mmask16 lanes) {
     __m512 acc[C];
     for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
-    switch (t) {
-        case GGMLType::Q4_1: case GGMLType::Q5_1: kernel_legacy<C, true>(P, nu, a, m, acc); break;
-        case GGMLType::Q4_K: case GGMLType::Q5_K: kernel_kquant<C, false>(P, nu, a, m, acc); break;
-        case GGMLType::Q6_K: kernel_kquant<C, true>(P, nu, a, m, acc); break;
-        default: kernel_legacy<C, false>(P, nu, a, m, acc); break;
+    switch (family(t)) {   // every family, no default: -Wswitch names one left out
+        case BseqFamily::LegacyMin: kernel_legacy<C, true>(P, nu, a, m, acc); break;
+        case BseqFamily::KQuant: kernel_kquant<C, false>(P, nu, a, m, acc); break;
+        case BseqFamily::Q6K: kernel_kquant<C, true>(P, nu, a, m, acc); break;
+        case BseqFamily::Legacy: kernel_legacy<C, false>(P, nu, a, m, acc); break;
+        case BseqFamily::None: throw std::logic_error("bseq::matmul_avx512: not a block-sequential type");
     }
     for (int c = 0; c < C; ++c) _mm512_mask_storeu_ps(y + (m + c) * ldy, lanes, acc[c]);
 }
@@ -557,7 +560,7 @@ constexpr int64_t kDirectRows = 3;  // up to this many rows of GGUF-layout weigh
 
 // Unpacks the panel of weight rows [p, p + 16) into `sink`'s panel, from the repacked arena or
 // straight from the GGUF rows. Repacked panels are prefetched on every CPU: unlike the decode
-// kernels, this packing alternates with compute on the packed panels, and on Zen 4 (stop 21)
+// kernels, this packing alternates with compute on the packed panels, and on Zen 4
 // Gemma3's 262,144 x 640 Q8_0 output matrix at 4 / 16 activation rows took 7.1-7.3 / 13-14 ms
 // with the prefetch and 9.4-10.5 / 17-18 ms without.
 void pack_at(GGMLType t, const uint8_t* W, size_t ws, int64_t N, int64_t nu, int64_t p, bool repacked,

@@ -8,6 +8,8 @@
 // and the float fold runs with the same instructions as kernel_legacy / kernel_kquant. Decode
 // streams weights from memory; this keeps the work per weight byte small enough to do so at
 // the memory's speed.
+#include <stdexcept>
+
 #include "backends/cpu/quants/bseq/bseq_panel.h"
 #include "backends/cpu/quants/dot/dot_impl.h"
 
@@ -239,7 +241,8 @@ __m512 direct_row(GGMLType t, const Rows& R, int64_t nu, const ActPack& a, int64
         case GGMLType::Q8_0: return direct_legacy<sizeof(block_q8_0), 2, -1, false, true>(R, nu, a, m);
         case GGMLType::Q4_K: return direct_kquant<4>(R, nu, a, m);
         case GGMLType::Q5_K: return direct_kquant<5>(R, nu, a, m);
-        default: return direct_kquant<6>(R, nu, a, m);
+        case GGMLType::Q6_K: return direct_kquant<6>(R, nu, a, m);
+        default: throw std::logic_error("bseq::direct_row: not a block-sequential type (bseq.h kBseqTypes)");
     }
 }
 

@@ -15,15 +15,12 @@
 namespace lll {
 namespace bseq {
 
-bool supported(GGMLType t) {
-    switch (t) {
-        case GGMLType::Q4_0: case GGMLType::Q4_1: case GGMLType::Q5_0: case GGMLType::Q5_1:
-        case GGMLType::Q8_0: case GGMLType::Q4_K: case GGMLType::Q5_K: case GGMLType::Q6_K:
-            return true;
-        default:
-            return false;
-    }
+BseqFamily family(GGMLType t) {
+    const TypeTraits* tt = type_traits(t);
+    return tt ? tt->bseq : BseqFamily::None;
 }
+
+bool supported(GGMLType t) { return family(t) != BseqFamily::None; }
 
 namespace {
 

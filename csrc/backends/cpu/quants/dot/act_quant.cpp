@@ -93,26 +93,18 @@ void q8_K_scalar(const float* x, block_q8_K* y, int64_t nb) {
 
 }  // namespace
 
-void quantize_act_scalar(GGMLType type, const float* x, void* dst, int64_t n) {
-    switch (type) {
-        case GGMLType::Q8_0: q8_0_scalar(x, (block_q8_0*)dst, n / QK8_0); return;
-        case GGMLType::Q8_1: q8_1_scalar(x, (block_q8_1*)dst, n / QK8_1); return;
-        case GGMLType::Q8_K: q8_K_scalar(x, (block_q8_K*)dst, n / QK_K); return;
-        case GGMLType::F32: memcpy(dst, x, (size_t)n * sizeof(float)); return;
-        case GGMLType::F16: {
-            fp16_t* y = (fp16_t*)dst;
-            for (int64_t i = 0; i < n; ++i) y[i] = f32_to_fp16(x[i]);
-            return;
-        }
-        case GGMLType::BF16: {
-            bf16_t* y = (bf16_t*)dst;
-            for (int64_t i = 0; i < n; ++i) y[i] = f32_to_bf16(x[i]);
-            return;
-        }
-        default: break;
-    }
-    throw std::invalid_argument(std::string("quantize_act_row: unsupported activation type ") +
-                                (type_traits(type) ? type_traits(type)->name : "?"));
+// The scalar quantizers, one per activation type (the registry's act_quant[Scalar]).
+void act::scalar_q8_0(const float* x, void* dst, int64_t n) { q8_0_scalar(x, (block_q8_0*)dst, n / QK8_0); }
+void act::scalar_q8_1(const float* x, void* dst, int64_t n) { q8_1_scalar(x, (block_q8_1*)dst, n / QK8_1); }
+void act::scalar_q8_K(const float* x, void* dst, int64_t n) { q8_K_scalar(x, (block_q8_K*)dst, n / QK_K); }
+void act::scalar_f32(const float* x, void* dst, int64_t n) { memcpy(dst, x, (size_t)n * sizeof(float)); }
+void act::scalar_f16(const float* x, void* dst, int64_t n) {
+    fp16_t* y = (fp16_t*)dst;
+    for (int64_t i = 0; i < n; ++i) y[i] = f32_to_fp16(x[i]);
+}
+void act::scalar_bf16(const float* x, void* dst, int64_t n) {
+    bf16_t* y = (bf16_t*)dst;
+    for (int64_t i = 0; i < n; ++i) y[i] = f32_to_bf16(x[i]);
 }
 
 // ------------------------------------------------------------------------------------------
@@ -196,41 +188,31 @@ void q8_K_avx2(const float* x, block_q8_K* y, int64_t nb) {
 
 }  // namespace
 
-bool quantize_act_avx2(GGMLType type, const float* x, void* dst, int64_t n) {
-    switch (type) {
-        case GGMLType::Q8_K: q8_K_avx2(x, (block_q8_K*)dst, n / QK_K); return true;
-        case GGMLType::Q8_0: {
-            block_q8_0* y = (block_q8_0*)dst;
-            for (int64_t i = 0; i < n / QK8_0; ++i) {
-                int32_t sum;
-                y[i].d = f32_to_fp16(q8_block_avx2(x + i * 32, y[i].qs, &sum));
-            }
-            return true;
-        }
-        case GGMLType::Q8_1: {
-            block_q8_1* y = (block_q8_1*)dst;
-            for (int64_t i = 0; i < n / QK8_1; ++i) {
-                int32_t sum;
-                const float d = q8_block_avx2(x + i * 32, y[i].qs, &sum);
-                y[i].d = f32_to_fp16(d);
-                y[i].s = f32_to_fp16(d * (float)sum);
-            }
-            return true;
-        }
-        case GGMLType::F16: {
-            fp16_t* y = (fp16_t*)dst;
-            int64_t i = 0;
-            for (; i + 8 <= n; i += 8)
-                _mm_storeu_si128((__m128i*)(y + i),
-                                 _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
-            for (; i < n; ++i) y[i] = f32_to_fp16(x[i]);
-            return true;
-        }
-        default: return false;
+// The AVX2 quantizers (the registry's act_quant[AVX2]; BF16 and F32 use the scalar code).
+void act::avx2_q8_K(const float* x, void* dst, int64_t n) { q8_K_avx2(x, (block_q8_K*)dst, n / QK_K); }
+void act::avx2_q8_0(const float* x, void* dst, int64_t n) {
+    block_q8_0* y = (block_q8_0*)dst;
+    for (int64_t i = 0; i < n / QK8_0; ++i) {
+        int32_t sum;
+        y[i].d = f32_to_fp16(q8_block_avx2(x + i * 32, y[i].qs, &sum));
     }
 }
-#else
-bool quantize_act_avx2(GGMLType, const float*, void*, int64_t) { return false; }
+void act::avx2_q8_1(const float* x, void* dst, int64_t n) {
+    block_q8_1* y = (block_q8_1*)dst;
+    for (int64_t i = 0; i < n / QK8_1; ++i) {
+        int32_t sum;
+        const float d = q8_block_avx2(x + i * 32, y[i].qs, &sum);
+        y[i].d = f32_to_fp16(d);
+        y[i].s = f32_to_fp16(d * (float)sum);
+    }
+}
+void act::avx2_f16(const float* x, void* dst, int64_t n) {
+    fp16_t* y = (fp16_t*)dst;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i*)(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; ++i) y[i] = f32_to_fp16(x[i]);
+}
 #endif
 
 // ------------------------------------------------------------------------------------------
@@ -356,53 +338,41 @@ inline __m256i bf16_from_f32x16(__m512 v) {
 
 }  // namespace
 
-bool quantize_act_avx512(GGMLType type, const float* x, void* dst, int64_t n) {
-    switch (type) {
-        case GGMLType::Q8_0: {
-            block_q8_0* y = (block_q8_0*)dst;
-            int64_t i = 0;
-            for (; i + 16 <= n / QK8_0; i += 16) q8_blocks16_avx512<block_q8_0, false>(x + i * 32, y + i);
-            for (; i < n / QK8_0; ++i) {
-                int32_t sum;
-                y[i].d = f32_to_fp16(q8_block_avx512(x + i * 32, y[i].qs, &sum));
-            }
-            return true;
-        }
-        case GGMLType::Q8_1: {
-            block_q8_1* y = (block_q8_1*)dst;
-            int64_t i = 0;
-            for (; i + 16 <= n / QK8_1; i += 16) q8_blocks16_avx512<block_q8_1, true>(x + i * 32, y + i);
-            for (; i < n / QK8_1; ++i) {
-                int32_t sum;
-                const float d = q8_block_avx512(x + i * 32, y[i].qs, &sum);
-                y[i].d = f32_to_fp16(d);
-                y[i].s = f32_to_fp16(d * (float)sum);
-            }
-            return true;
-        }
-        case GGMLType::Q8_K: q8_K_avx512(x, (block_q8_K*)dst, n / QK_K); return true;
-        case GGMLType::F16: {
-            fp16_t* y = (fp16_t*)dst;
-            int64_t i = 0;
-            for (; i + 16 <= n; i += 16)
-                _mm256_storeu_si256((__m256i*)(y + i),
-                                    _mm512_cvtps_ph(_mm512_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
-            for (; i < n; ++i) y[i] = f32_to_fp16(x[i]);
-            return true;
-        }
-        case GGMLType::BF16: {
-            bf16_t* y = (bf16_t*)dst;
-            int64_t i = 0;
-            for (; i + 16 <= n; i += 16)
-                _mm256_storeu_si256((__m256i*)(y + i), bf16_from_f32x16(_mm512_loadu_ps(x + i)));
-            for (; i < n; ++i) y[i] = f32_to_bf16(x[i]);
-            return true;
-        }
-        default: return false;
+// The AVX-512 quantizers (the registry's act_quant[AVX512]; F32 uses the scalar code).
+void act::avx512_q8_0(const float* x, void* dst, int64_t n) {
+    block_q8_0* y = (block_q8_0*)dst;
+    int64_t i = 0;
+    for (; i + 16 <= n / QK8_0; i += 16) q8_blocks16_avx512<block_q8_0, false>(x + i * 32, y + i);
+    for (; i < n / QK8_0; ++i) {
+        int32_t sum;
+        y[i].d = f32_to_fp16(q8_block_avx512(x + i * 32, y[i].qs, &sum));
     }
 }
-#else
-bool quantize_act_avx512(GGMLType, const float*, void*, int64_t) { return false; }
+void act::avx512_q8_1(const float* x, void* dst, int64_t n) {
+    block_q8_1* y = (block_q8_1*)dst;
+    int64_t i = 0;
+    for (; i + 16 <= n / QK8_1; i += 16) q8_blocks16_avx512<block_q8_1, true>(x + i * 32, y + i);
+    for (; i < n / QK8_1; ++i) {
+        int32_t sum;
+        const float d = q8_block_avx512(x + i * 32, y[i].qs, &sum);
+        y[i].d = f32_to_fp16(d);
+        y[i].s = f32_to_fp16(d * (float)sum);
+    }
+}
+void act::avx512_q8_K(const float* x, void* dst, int64_t n) { q8_K_avx512(x, (block_q8_K*)dst, n / QK_K); }
+void act::avx512_f16(const float* x, void* dst, int64_t n) {
+    fp16_t* y = (fp16_t*)dst;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm256_storeu_si256((__m256i*)(y + i), _mm512_cvtps_ph(_mm512_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; ++i) y[i] = f32_to_fp16(x[i]);
+}
+void act::avx512_bf16(const float* x, void* dst, int64_t n) {
+    bf16_t* y = (bf16_t*)dst;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm256_storeu_si256((__m256i*)(y + i), bf16_from_f32x16(_mm512_loadu_ps(x + i)));
+    for (; i < n; ++i) y[i] = f32_to_bf16(x[i]);
+}
 #endif
 
 }  // namespace kern
@@ -417,9 +387,14 @@ void quantize_act_row(GGMLType vec_dot_type, const float* x, void* dst, int64_t 
     if (!isa_available(isa))
         throw std::invalid_argument(std::string("quantize_act_row: ISA level ") + isa_name(isa) +
                                     " is not available on this CPU/build");
-    if (isa == Isa::AVX512 && kern::quantize_act_avx512(vec_dot_type, x, dst, n)) return;
-    if (isa >= Isa::AVX2 && kern::quantize_act_avx2(vec_dot_type, x, dst, n)) return;
-    kern::quantize_act_scalar(vec_dot_type, x, dst, n);
+    // The quantizer written for this level, else the nearest below (the registry's act_quant[]).
+    for (int level = static_cast<int>(isa); level >= 0; --level) {
+        if (tt->act_quant[level]) {
+            tt->act_quant[level](x, dst, n);
+            return;
+        }
+    }
+    throw std::invalid_argument(std::string("quantize_act_row: unsupported activation type ") + tt->name);
 }
 
 }  // namespace lll

@@ -88,11 +88,20 @@ LLL_KERNEL_SETS(avx512)
 // level by level); nullptr when the type has no dot product or `isa` is not available here.
 const KernelSet* find_kernels(GGMLType wtype, Isa isa);
 
-// Activation quantizers per level; n is a multiple of the block size (checked by the caller).
-// Each level writes exactly the same bytes as the scalar one.
-bool quantize_act_avx2(GGMLType type, const float* x, void* dst, int64_t n);    // false: n/a
-bool quantize_act_avx512(GGMLType type, const float* x, void* dst, int64_t n);  // false: n/a
-void quantize_act_scalar(GGMLType type, const float* x, void* dst, int64_t n);
+// Activation quantizers, one per (level, activation type), defined in act_quant.cpp and referenced
+// only by the type registry's act_quant[]; n is a multiple of the block size (checked by the
+// caller). Each level writes exactly the same bytes as the scalar one. AVX2 / AVX-512 ones exist
+// only where that level is compiled in.
+namespace act {
+void scalar_q8_0(const float* x, void* dst, int64_t n); void scalar_q8_1(const float* x, void* dst, int64_t n);
+void scalar_q8_K(const float* x, void* dst, int64_t n); void scalar_f32(const float* x, void* dst, int64_t n);
+void scalar_f16(const float* x, void* dst, int64_t n);  void scalar_bf16(const float* x, void* dst, int64_t n);
+void avx2_q8_0(const float* x, void* dst, int64_t n);   void avx2_q8_1(const float* x, void* dst, int64_t n);
+void avx2_q8_K(const float* x, void* dst, int64_t n);   void avx2_f16(const float* x, void* dst, int64_t n);
+void avx512_q8_0(const float* x, void* dst, int64_t n); void avx512_q8_1(const float* x, void* dst, int64_t n);
+void avx512_q8_K(const float* x, void* dst, int64_t n); void avx512_f16(const float* x, void* dst, int64_t n);
+void avx512_bf16(const float* x, void* dst, int64_t n);
+}  // namespace act
 
 // Software prefetch of the weight bytes a tile will read kPrefetchAhead bytes from now, one
 // prefetch per 64 bytes of a kBytes step (consecutive steps are contiguous, so every cache line
