@@ -96,9 +96,9 @@ bool cpu_is_amd() {
 }
 }  // namespace
 
-// Measured, not derived: on Intel (Sapphire Rapids, stop 11) prefetching the repacked panels two
+// Measured, not derived: on Intel (Sapphire Rapids) prefetching the repacked panels two
 // panels ahead into L2 streamed 5-15% more than the hardware prefetchers alone; on AMD Zen 4
-// (stop 20) the same prefetches cost Gemma3's decode 12-25% (tg128 97-100 t/s with them, 108-126
+// the same prefetches cost Gemma3's decode 12-25% (tg128 97-100 t/s with them, 108-126
 // without; Qwen2.5 and SmolLM2 within the noise either way). LOCALLLM_SW_PREFETCH=0|1 overrides.
 // This is the one-to-three-row decode kernels' choice; the panel packing of larger batches
 // prefetches everywhere (pack_at in quants/bseq_avx512.cpp).
@@ -111,7 +111,7 @@ bool replay_prefetch_pays() {
 }
 
 // Measured, not derived: Q6_K's prompt kernels at 512 rows, 896 x 4864, one thread, on the
-// Sapphire Rapids class VM (stop 40): 214-231 GOP/s with vpmulld (two uops on Intel), 233-240 with
+// Sapphire Rapids class VM: 214-231 GOP/s with vpmulld (two uops on Intel), 233-240 with
 // ScaleMul's shuffle + vpdpwssd. On Zen 4 the ScaleMul form measured slower for Q6_K.
 bool q6k_scale_split_pays() {
     static const bool pays = !cpu_is_amd();

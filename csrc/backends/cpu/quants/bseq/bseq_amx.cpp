@@ -185,7 +185,7 @@ void rows64_legacy(const Panel& P, int64_t nu, const ActPack& a, int64_t m, floa
 // then the 16 rows' f16 scales. So TDPBSSD takes the unit from the weight as it lies, with no
 // panel unpacking: the decode-sized batches (16-63 rows), where unpacking a panel cost as much
 // as the tile work, run 1.6 times as fast as the VNNI pair kernels at 16 rows on the 262,144 x
-// 640 output matrix of Gemma3 (stop 35). Each pass takes kGroup panels: one activation tile feeds four
+// 640 output matrix of Gemma3. Each pass takes kGroup panels: one activation tile feeds four
 // TDPBSSDs, and the tile work of unit u + 1 is issued before the fold of unit u, so the fold
 // never waits for the tile stores it reads.
 
@@ -252,7 +252,7 @@ bool amx_available() {
     return ok;
 }
 
-// Measured on a 2-core Sapphire Rapids class VM (stop 33). Per matrix (4864 x 1024 weights, GOP/s
+// Measured on a 2-core Sapphire Rapids class VM. Per matrix (4864 x 1024 weights, GOP/s
 // at 16 / 64 / 512 rows) the VNNI pair kernels, which read two panels per pass, beat the tile
 // kernels by 20-60% on Q4_1, Q5_1 and the K-quants at every row count and by 10-15% on the signed
 // types at 16 rows; Q4_0 / Q5_0 / Q8_0 at 64 rows and more tie or gain alone. Whole prompts
@@ -263,7 +263,7 @@ bool amx_pays(GGMLType t, int64_t rows) {
     return t == GGMLType::Q8_0 && rows >= 64;
 }
 
-// Stop 35, same machine, 2 threads (ms, VNNI pair kernels -> tiles from the repacked panels):
+// The same machine, 2 threads (ms, VNNI pair kernels -> tiles from the repacked panels):
 // Gemma3's 262,144 x 640 output matrix at 16 rows 10.1 -> 6.3, at 32 rows 15.9 -> 12.5; 4864 x
 // 1024 at 16 / 48 rows 0.26 -> 0.19 / 0.54 -> 0.48. From 64 rows on the packed 64-row tiles
 // (amx_pays) tie with them, and at 512 rows x 49,152 they are faster (50 against 63 ms).

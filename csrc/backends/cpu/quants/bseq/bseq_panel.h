@@ -80,9 +80,9 @@ int64_t amx_q8_0_repacked(const uint8_t* W, size_t ws, int64_t N, int64_t n0, in
 // Activation rows [m, a.M) (1 to kReplayRows of them) against weight rows [n0, n1) of a repacked
 // weight, each panel unpacked straight into the VNNI fold (nothing stored): decode steps of up
 // to 16 sequences, speculative drafts, and the rows past amx_q8_0_repacked's blocks of 16.
-// Measured against unpacking each panel pair once for the pair kernels (stop 35, 2 threads,
+// Measured against unpacking each panel pair once for the pair kernels (2 threads,
 // 4864 x 1024 of every type at 4 / 6 / 8 rows): 5-45% faster. At 9-16 rows the fold of 16 rows
-// is unrolled in registers (stop 39, Sapphire Rapids class, 1 thread, 16 rows of 4864 x 896 /
+// is unrolled in registers (Sapphire Rapids class, 1 thread, 16 rows of 4864 x 896 /
 // 1024): Q4_0 / Q4_1 / Q5_1 +10-20%, Q5_0 +7% (896 x 4864), Q4_K +0-6%, Q5_K even, Q6_K 7-12%
 // slower, so Q6_K keeps the pair kernels from 9 rows on (replay_rows_max).
 constexpr int64_t kReplayRows = 16;
