@@ -115,8 +115,8 @@ def run_worker(python: str, engine: str, path: str, args) -> dict:
 
 
 def read_bandwidth_gbs(threads: int) -> float:
-    from localllm import _core
-    return max(_core.read_bandwidth(1 << 30, threads) for _ in range(3))   # GB/s
+    from localllm import _harness
+    return max(_harness.read_bandwidth(1 << 30, threads) for _ in range(3))   # GB/s
 
 
 def bytes_per_token(path: str) -> int:

@@ -15,7 +15,7 @@ import argparse
 
 import numpy as np
 
-from localllm import _core
+from localllm import _core, _harness
 from localllm.quants import row_bytes
 from machine import cpu_model
 
@@ -43,7 +43,7 @@ def main() -> None:
             w = rng.integers(0, 256, size=N * row_bytes(t, K), dtype=np.uint8)
             for M, path in ((1, "decode"), (8, "decode"), (512, "prompt")):
                 x = rng.standard_normal((M, K)).astype(np.float32)
-                ms = _core.cuda_matmul_ms(w, t, N, K, x, path, args.iters)
+                ms = _harness.cuda_matmul_ms(w, t, N, K, x, path, args.iters)
                 rate = (f"{w.nbytes / ms / 1e6:8.0f} GB/s" if path == "decode"
                         else f"{2 * M * N * K / ms / 1e9:8.1f} TFLOP/s")
                 print(f"{name:6} {shape:9} {N:7} {K:5} {M:4} {path:7} {ms:9.4f} {rate:>14}", flush=True)

@@ -7,7 +7,7 @@ bench venv's libggml (llamacpp_venv.py), so it runs the very kernels llama-cpp-p
 (tinyBLAS / repacked GEMMs as llama.cpp picks them). Its perf cases have a weight of 4096 x 14336
 and 512 activation rows; test-backend-ops gives the CPU backend half the hardware threads.
 
-localllm side: _core.matmul (or the repacked path where this CPU repacks) on the same shape, the
+localllm side: _harness.matmul (or the repacked path where this CPU repacks) on the same shape, the
 same thread count, random weights of the type, the mean of --reps calls after one warm-up.
 
     python benchmarks/gemm_vs_llamacpp.py [--types q4_0,q5_0,q8_0,q4_K,q6_K,f16] [--reps 3]
@@ -27,7 +27,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "python")]
 
-from localllm import _core  # noqa: E402
+from localllm import _core, _harness# noqa: E402
 
 import machine  # noqa: E402
 from llamacpp_venv import ensure_venv  # noqa: E402
@@ -74,10 +74,10 @@ def localllm_gflops(name: str, threads: int, reps: int) -> float:
     w = np.ascontiguousarray(np.tile(rows.reshape(256, -1), (N // 256, 1)))          # [N, row bytes]
     x = rng.standard_normal((M, K)).astype(np.float32)
     try:
-        wp = _core.repack_weight(w, wtype, N, K, threads)
-        run = lambda: _core.matmul_repacked(wp, wtype, N, K, x, threads, True)      # noqa: E731
+        wp = _harness.repack_weight(w, wtype, N, K, threads)
+        run = lambda: _harness.matmul_repacked(wp, wtype, N, K, x, threads, True)      # noqa: E731
     except ValueError:                                                               # not repacked here
-        run = lambda: _core.matmul(w, wtype, N, K, x, threads)                       # noqa: E731
+        run = lambda: _harness.matmul(w, wtype, N, K, x, threads)                       # noqa: E731
     run()
     t0 = time.perf_counter()
     for _ in range(reps):

@@ -4,7 +4,7 @@
 llama.cpp (the bench venv's, which reproduces tests/data/reference bit for bit, see
 llamacpp_vs_reference.py) runs one sequence with an eval callback that copies out every F32
 tensor of its graph; then each MUL_MAT node whose weight is a GGUF matrix is recomputed by
-localllm's llama.cpp-order kernel (_core.matmul_llamacpp) from llama.cpp's input to that node,
+localllm's llama.cpp-order kernel (_harness.matmul_llamacpp) from llama.cpp's input to that node,
 and the outputs are compared bit for bit. Both the prompt batch and a one-token decode step are
 checked, since llama.cpp picks different kernels for them. Prints, per model and weight type,
 how many matmuls and elements differ. This is how the llama.cpp numerics were pinned down
@@ -85,7 +85,7 @@ def compare(model_path: str, npz: str) -> dict:
     """Per weight type: [matmuls, matmuls with any difference, elements differing, elements]."""
     import numpy as np
 
-    from localllm import _core
+    from localllm import _harness
     from localllm.gguf import GGUFFile
     f = GGUFFile(model_path)
     weights = {t.name: t for t in f.tensors}
@@ -101,7 +101,7 @@ def compare(model_path: str, npz: str) -> dict:
         s[0] += 1
         try:
             x = data[m["src"][1]].reshape(-1, K)
-            y = _core.matmul_llamacpp(np.asarray(f.tensor_data(w.name)).reshape(N, -1), w.type, N, K, x)
+            y = _harness.matmul_llamacpp(np.asarray(f.tensor_data(w.name)).reshape(N, -1), w.type, N, K, x)
         except ValueError:                            # no llama.cpp-order kernel for this type
             s[1] += 1
             continue

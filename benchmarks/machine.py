@@ -20,7 +20,7 @@ def cpu_model() -> str:
 
 
 def localllm_isa() -> str:
-    from localllm import _core
+    from localllm import _core, _harness
     names = {0: "scalar", 1: "AVX2", 2: "AVX-512 VNNI"}
     isa = names[_core.best_isa()]
     if _core.amx_available():
@@ -48,9 +48,9 @@ def llamacpp_isa(venv_python: str) -> str:
 
 
 def describe(threads: int, venv_python: str | None = None, read_bw_gbs: float | None = None) -> dict:
-    from localllm import _core
+    from localllm import _core, _harness
     if read_bw_gbs is None:
-        read_bw_gbs = max(_core.read_bandwidth(1 << 30, threads) for _ in range(3))
+        read_bw_gbs = max(_harness.read_bandwidth(1 << 30, threads) for _ in range(3))
     out = {"cpu": cpu_model(), "localllm_isa": localllm_isa(), "threads": threads,
            "read_bw_gbs": round(read_bw_gbs, 1)}
     if venv_python:

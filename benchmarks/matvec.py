@@ -3,7 +3,7 @@
 Decode shape: one activation row times a weight matrix much larger than the last-level cache
 (default 1.2 GB of weight bytes, K = 4096), so every call streams the weights from DRAM; the
 figure of merit is GB/s of weight bytes, compared with the machine's streaming read bandwidth
-measured in the same run by _core.read_bandwidth (a C++ loop on the same thread pool).
+measured in the same run by _harness.read_bandwidth (a C++ loop on the same thread pool).
 Prefill shape: M = 512 activation rows, N = K = 4096, reported in GOP/s (2 * M * N * K / s).
 
 Weights are random valid blocks (gguf-py quantization of normal values for the legacy and
@@ -26,7 +26,7 @@ from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as T
 from gguf.quants import quantize
 
-from localllm import _core
+from localllm import _core, _harness
 from machine import describe, line as machine_line
 
 __all__ = ["main", "make_weight_tile", "tiled_weights"]
@@ -89,10 +89,10 @@ def _decode_matmul(t: T, n: int, k: int, w: np.ndarray, x: np.ndarray, threads: 
     """The one-row matmul a model runs: through repacked panels where the type is repacked on
     this CPU (the model's layout), else over the GGUF rows. Returns (call, weight bytes)."""
     try:
-        packed = _core.repack_weight(w, int(t), n, k, threads)
-        return (lambda: _core.matmul_repacked(packed, int(t), n, k, x, threads, prepacked=True)), packed.nbytes
+        packed = _harness.repack_weight(w, int(t), n, k, threads)
+        return (lambda: _harness.matmul_repacked(packed, int(t), n, k, x, threads, prepacked=True)), packed.nbytes
     except ValueError:
-        return (lambda: _core.matmul(w, int(t), n, k, x, threads)), w.nbytes
+        return (lambda: _harness.matmul(w, int(t), n, k, x, threads)), w.nbytes
 
 
 def bench_decode(t: T, k: int, gbytes: float, threads: int, reps: int,
@@ -107,7 +107,7 @@ def bench_decode(t: T, k: int, gbytes: float, threads: int, reps: int,
     call, nbytes = _decode_matmul(t, n, k, tiled_weights(t, n, k, rng), x, threads)
     kernel, read = 0.0, 0.0
     for _ in range(2):
-        read = max(read, _core.read_bandwidth(nbytes, threads, max(1, reps // 2), CPU_CLOCK))
+        read = max(read, _harness.read_bandwidth(nbytes, threads, max(1, reps // 2), CPU_CLOCK))
         secs = best_time(call, max(1, reps // 2))
         kernel = max(kernel, nbytes / secs / 1e9)
     n_l2 = max(16, int(0.5e6 * threads) // row_bytes(t, k) // 16 * 16)   # 0.5 MB a thread
@@ -121,7 +121,7 @@ def bench_prefill(t: T, m: int, n: int, k: int, threads: int, reps: int, rng: np
     """GOP/s (2 M N K / s) of an [M, K] x [N, K]^T matmul."""
     w = tiled_weights(t, n, k, rng)
     x = rng.standard_normal((m, k)).astype(np.float32)
-    secs = best_time(lambda: _core.matmul(w, int(t), n, k, x, threads), reps)
+    secs = best_time(lambda: _harness.matmul(w, int(t), n, k, x, threads), reps)
     return 2.0 * m * n * k / secs / 1e9
 
 
@@ -142,9 +142,9 @@ def main() -> None:
     rng = np.random.default_rng(0)
 
     isa = _core.isa_name(_core.best_isa())
-    bw = _core.read_bandwidth(int(args.gb * 1e9), args.threads, args.reps, CPU_CLOCK)
-    lat = _core.threadpool_dispatch_ns(args.threads, 2000)
-    lat_busy = _core.threadpool_dispatch_ns(args.threads, 2000, 20000.0)
+    bw = _harness.read_bandwidth(int(args.gb * 1e9), args.threads, args.reps, CPU_CLOCK)
+    lat = _harness.threadpool_dispatch_ns(args.threads, 2000)
+    lat_busy = _harness.threadpool_dispatch_ns(args.threads, 2000, 20000.0)
     print(machine_line(describe(args.threads, read_bw_gbs=bw)))
     print(f"kernels: {isa}; threads: {args.threads}; K = {args.k}; decode weights: {args.gb:.2f} GB; "
           f"clock: {args.clock}")

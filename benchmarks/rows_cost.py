@@ -19,7 +19,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "python")]
 
-from localllm import _core, hub  # noqa: E402
+from localllm import _core, _harness, hub# noqa: E402
 
 import machine  # noqa: E402
 
@@ -56,7 +56,7 @@ def main() -> int:
     args = ap.parse_args()
     m = machine.describe(args.threads)
     print(machine.line(m))
-    attn = "AVX-512" if _core.attention_avx512_available() else "AVX2" if _core.attention_avx2_available() else "scalar"
+    attn = "AVX-512" if _harness.attention_avx512_available() else "AVX2" if _harness.attention_avx2_available() else "scalar"
     print(f"attention kernel: {attn}")
     path = args.model if Path(args.model).is_file() else hub.pull(args.model, quiet=True)
     blocks = (max(args.ctx) + max(args.rows) + BLOCK - 1) // BLOCK

@@ -6,7 +6,7 @@
 #include <math.h>
 #include <cuda_fp16.h>
 #include "common.cuh"
-#include "fp16.h"
+#include "common/fp16.h"
 
 namespace lll {
 namespace cuda {
@@ -27,7 +27,7 @@ struct AttnArgs {
     float softcap;   // 0 = none
 };
 
-// Gemma 2's soft-capping, as csrc/attention.h softcap_score.
+// Gemma 2's soft-capping, as csrc/backends/cpu/attention.h softcap_score.
 __device__ __forceinline__ float softcap_score(float s, float cap) {
     return cap > 0.0f ? tanhf(s * (1.0f / cap)) * cap : s;
 }

@@ -1,6 +1,7 @@
 // common.cuh — what every .cu file of the C API shares: the per-thread error message, turning
 // CUDA errors into llc_status, launch checks and warp reductions.
 #pragma once
+#include "host_device.cuh"
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <string>

@@ -7,7 +7,7 @@
 //
 // Memory: device pointers come from llc_malloc. All tensors are row-major f32 unless named
 // otherwise; weights are GGUF rows (N rows of llc_row_bytes(type, K) bytes, the block structs of
-// csrc/blocks.h). The KV cache of one layer is K and V, each [n_blocks][block_size][kv_width] F16
+// csrc/common/blocks.h). The KV cache of one layer is K and V, each [n_blocks][block_size][kv_width] F16
 // (the CPU KVCache's layout for one layer), addressed through the block tables shared with the CPU.
 // Operations are queued on a stream (nullptr: the default stream) and run asynchronously.
 #pragma once
@@ -67,7 +67,7 @@ llc_status llc_graph_destroy(llc_graph g);
 // ---- weights (dequant.cu, matmul.cu); type = GGUF type id ----
 int llc_matmul_supports(uint32_t type);   // F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K
 size_t llc_row_bytes(uint32_t type, int64_t k);   // 0 when k is not a whole number of blocks
-// y[n] = the n elements of `type` at src, dequantized exactly as csrc/quants' CPU code does.
+// y[n] = the n elements of `type` at src, dequantized exactly as csrc/backends/cpu/quants/ref's CPU code does.
 llc_status llc_dequantize(uint32_t type, const void* src, float* y, int64_t n, llc_stream s);
 // out[T][k] = dequantized rows ids[T] of a [n_rows][k] weight (the token embedding). The caller
 // checks ids against n_rows (the CPU's message); a row id out of range gives a zero row here.
@@ -89,7 +89,7 @@ llc_status llc_matmul(uint32_t type, const void* w, int64_t N, int64_t K, const 
 // y[rows][n] = x / sqrt(mean(x^2) + eps) * w (w may be null); in place allowed.
 llc_status llc_rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t n, float eps,
                         llc_stream s);
-// RoPE scaling (csrc/rope.h RopeScaling, plus the frequency factors as a device array).
+// RoPE scaling (csrc/common/rope.h RopeScaling, plus the frequency factors as a device array).
 typedef struct {
     float freq_scale, ext_factor, attn_factor;
     int n_ctx_orig;
@@ -97,7 +97,7 @@ typedef struct {
     const float* freq_factors;   // device [rope_dims/2], or NULL
 } llc_rope_scaling;
 // cs[T][rope_dims] = (cos, sin) pairs of theta_i = pos * base^(-2i/rope_dims) with the scaling
-// applied (NULL: none), the table of csrc/ops.cpp's rope_table (csrc/rope.h, the same floats).
+// applied (NULL: none), the table of csrc/backends/cpu/ops.cpp's rope_table (csrc/common/rope.h, the same floats).
 llc_status llc_rope_table(const int32_t* positions, int64_t T, int rope_dims, float base,
                           const llc_rope_scaling* scaling, float* cs, llc_stream s);
 // In place on x[T][n_heads][head_dim]; style 0 = normal (adjacent pairs), 1 = NeoX (halves).
@@ -111,7 +111,7 @@ llc_status llc_add_bias_rows(float* rows, const float* bias, int64_t n_rows, int
 llc_status llc_scale(float* y, float scale, int64_t n, llc_stream s);                  // y *= scale
 
 // ---- paged KV cache and attention (attention.cu) ----
-// A batch's addressing, in device memory, as csrc/model.h's Batch: token t of sequence
+// A batch's addressing, in device memory, as csrc/model/model.h's Batch: token t of sequence
 // seq_of_token[t] at positions[t], its K/V slot at block block_tables[seq * max_blocks + pos /
 // block_size], offset pos % block_size. Tokens of one sequence are contiguous with increasing
 // positions. tiles: [n_tiles][2] query-token ranges (llc_attention_tiles) for prompt attention.

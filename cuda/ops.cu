@@ -1,9 +1,9 @@
 // ops.cu — the row and element-wise operations of the forward pass (RMSNorm, RoPE, SwiGLU,
-// GEGLU, residual and bias adds, scaling), in the conventions of csrc/ops.cpp.
+// GEGLU, residual and bias adds, scaling), in the conventions of csrc/backends/cpu/ops.cpp.
 #include <math.h>
 #include "common.cuh"
-#include "fp16.h"
-#include "rope.h"
+#include "common/fp16.h"
+#include "common/rope.h"
 
 namespace lll {
 namespace cuda {
@@ -27,7 +27,7 @@ k_rms_norm(const float* x, const float* w, float* y, int64_t n, float eps) {
     for (int64_t i = threadIdx.x; i < n; i += kNormThreads) yr[i] = w ? (xr[i] * scale) * w[i] : xr[i] * scale;
 }
 
-// One thread per token: its row of (cos, sin) by csrc/rope.h, as csrc/ops.cpp's rope_table.
+// One thread per token: its row of (cos, sin) by csrc/common/rope.h, as csrc/backends/cpu/ops.cpp's rope_table.
 __global__ void k_rope_table(const int32_t* positions, int64_t T, int rope_dims, float theta_scale, RopeScaling sc,
                              float corr_low, float corr_high, const float* freq_factors, float* cs) {
     const int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
@@ -61,7 +61,7 @@ __global__ void k_swiglu(const float* gate, const float* up, float* out, int64_t
 }
 
 // GELU through F16 as ggml's table does: the gate rounded to F16, GELU (tanh form) in f32, the
-// result rounded to F16; the same clamps at +-10 as csrc/ops.cpp.
+// result rounded to F16; the same clamps at +-10 as csrc/backends/cpu/ops.cpp.
 __global__ void k_geglu(const float* gate, const float* up, float* out, int64_t n) {
     const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (i >= n) return;

@@ -1,14 +1,15 @@
 // quant_formats.cuh — per weight type, on the device (and on the host: cuda/host_check.cu runs
 // the same code on a machine with no GPU): dequantization of 16 consecutive elements
-// (exact: the same float operations as csrc/quants' CPU code, in files built with --fmad=false)
+// (exact: the same float operations as csrc/backends/cpu/quants/ref's CPU code, in files built with --fmad=false)
 // and the int8 dot product of a 32-element group with a q8_1 activation block (llama.cpp's MMVQ
 // scheme: the weight's integers against the activation's int8 values through __dp4a, its scale and
-// min applied once per group). Block structs from csrc/blocks.h, shared with the CPU.
+// min applied once per group). Block structs from csrc/common/blocks.h, shared with the CPU.
 #pragma once
+#include "host_device.cuh"
 #include <cuda_runtime.h>
 #include <stdint.h>
-#include "blocks.h"
-#include "fp16.h"
+#include "common/blocks.h"
+#include "common/fp16.h"
 
 namespace lll {
 namespace cuda {

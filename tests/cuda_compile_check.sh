@@ -26,12 +26,13 @@ if grep -E -i "warning" "$BUILD.build.log"; then echo "the CUDA build has warnin
 PYTHONPATH="$BUILD" python3 - <<'PY'
 import numpy as np
 import _core
+import _harness
 n = _core.cuda_device_count()
 x = np.arange(64, dtype=np.float32)
-assert np.all(np.isfinite(_core.rms_norm(x, np.ones(64, np.float32), 1e-6)))   # the CPU path runs
+assert np.all(np.isfinite(_harness.rms_norm(x, np.ones(64, np.float32), 1e-6)))   # the CPU path runs
 if n == 0:
     try:
-        _core.cuda_dequantize(np.zeros(18, np.uint8), 2, 32)
+        _harness.cuda_dequantize(np.zeros(18, np.uint8), 2, 32)
     except RuntimeError as e:
         assert "no CUDA device" in str(e), e
     else:

@@ -8,6 +8,7 @@ import sys
 import numpy as np
 
 import _core
+import _harness
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from cuda_blocks import CUDA_TYPES, MATMUL_TYPES, NMSE_MAX, nmse, random_blocks, weight_bytes  # noqa: E402
@@ -22,7 +23,7 @@ def main() -> None:
     for type_id in sorted(CUDA_TYPES):
         n = 256 * 64
         raw = random_blocks(_core, type_id, n, rng)
-        np.testing.assert_array_equal(_core.cuda_host_dequantize(raw, type_id, n), dequantize_cpu(raw, type_id, n),
+        np.testing.assert_array_equal(_harness.cuda_host_dequantize(raw, type_id, n), dequantize_cpu(raw, type_id, n),
                                       err_msg=f"type {type_id}")
     for type_id in MATMUL_TYPES:
         N, K = 48, 768
@@ -31,7 +32,7 @@ def main() -> None:
             if w is None:
                 continue
             x = rng.standard_normal((3, K)).astype(np.float32)
-            err = nmse(_core.cuda_host_decode_matmul(w, type_id, N, K, x), _core.matmul(w, type_id, N, K, x))
+            err = nmse(_harness.cuda_host_decode_matmul(w, type_id, N, K, x), _harness.matmul(w, type_id, N, K, x))
             assert err <= NMSE_MAX, (type_id, name, err)
     print(f"host check of the CUDA formats passed: {len(CUDA_TYPES)} dequantizations exact, "
           f"{len(MATMUL_TYPES)} decode-path types within NMSE {NMSE_MAX}")

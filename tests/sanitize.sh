@@ -27,16 +27,16 @@ command -v clang++ >/dev/null || { echo "sanitize.sh: clang++ not found (apt-get
 cmake -S "$REPO" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DCMAKE_CXX_COMPILER=clang++ -DLOCALLLM_SANITIZE="$SANITIZERS" -DLOCALLLM_CUDA=OFF \
       -Dpybind11_DIR="$(python3 -m pybind11 --cmakedir)" >/dev/null
-ninja -C "$BUILD" _core
+ninja -C "$BUILD" _core _harness
 
 # A package directory of its own: the sources of python/localllm (subpackages such as
-# localllm.server included) plus the sanitized _core.
+# localllm.server included) plus the sanitized _core and _harness.
 PKG=$BUILD/python/localllm
 rm -rf "$PKG"
 mkdir -p "$PKG"
-(cd "$REPO/python/localllm" && find . -type f ! -name '_core*.so' ! -path '*/__pycache__/*' \
+(cd "$REPO/python/localllm" && find . -type f ! -name '_core*.so' ! -name '_harness*.so' ! -path '*/__pycache__/*' \
     -exec cp --parents {} "$PKG/" \;)
-cp "$BUILD"/_core*.so "$PKG/"
+cp "$BUILD"/_core*.so "$BUILD"/_harness*.so "$PKG/"
 
 ASAN_RT=$(clang++ -print-file-name=libclang_rt.asan-x86_64.so)
 export LD_PRELOAD=$ASAN_RT

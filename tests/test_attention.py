@@ -1,4 +1,4 @@
-"""Attention over the paged KV cache (csrc/attention*.cpp), through _core.attention_test.
+"""Attention over the paged KV cache (csrc/backends/cpu/attention*.cpp), through _harness.attention_test.
 
 The reference is float64 numpy with the kernel's documented roundings: q, K and V rounded to
 F16, softmax of scale * q.K^T over positions [max(0, pos - window + 1), pos], probabilities
@@ -13,10 +13,10 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from localllm import _core
+from localllm import _harness
 
 AVX2, AVX512 = 1, 2
-SIMD_KERNELS = [k for k, ok in ((AVX2, _core.attention_avx2_available()), (AVX512, _core.attention_avx512_available()))
+SIMD_KERNELS = [k for k, ok in ((AVX2, _harness.attention_avx2_available()), (AVX512, _harness.attention_avx512_available()))
                 if ok]
 SIMD = bool(SIMD_KERNELS)
 KERNELS = [0, *SIMD_KERNELS]
@@ -35,7 +35,7 @@ class Batch:
     block_size: int
 
     def run(self, rows, scale, window=0, kernel=-1, n_threads=2) -> np.ndarray:
-        return _core.attention_test(self.q, self.k, self.v, self.positions, self.seq, self.tables,
+        return _harness.attention_test(self.q, self.k, self.v, self.positions, self.seq, self.tables,
                                     self.n_blocks, self.block_size, np.asarray(rows, np.int32),
                                     scale, window, kernel, n_threads)
 
@@ -161,7 +161,7 @@ def test_softcap(kernel, numerics):
     against the scalar one; a cap of 1 on scores of a few units changes the result."""
     b = make_batch([37, 1, 70], 8, 2, 64, seed=11)
     rows = np.arange(len(b.seq), dtype=np.int32)
-    run = lambda k, cap: _core.attention_test(b.q, b.k, b.v, b.positions, b.seq, b.tables, b.n_blocks, 16, rows,
+    run = lambda k, cap: _harness.attention_test(b.q, b.k, b.v, b.positions, b.seq, b.tables, b.n_blocks, 16, rows,
                                               0.5, 9, k if numerics == "fast" else (0 if k == 0 else -1),
                                               2, numerics, cap)
     got = run(kernel, 1.0)
@@ -185,36 +185,36 @@ def test_block_size_not_multiple_of_16():
 
 def test_exp_accuracy():
     x = -np.linspace(0.0, 87.29, 1_000_003).astype(np.float32)
-    got = _core.attention_exp(x).astype(np.float64)
+    got = _harness.attention_exp(x).astype(np.float64)
     want = np.exp(x.astype(np.float64))
     ulps = np.abs(got - want) / np.spacing(want.astype(np.float32)).astype(np.float64)
     assert ulps.max() <= 2.0, ulps.max()
-    assert _core.attention_exp(np.array([0.0], np.float32))[0] == 1.0
+    assert _harness.attention_exp(np.array([0.0], np.float32))[0] == 1.0
     # Below the range softmax needs (results under FLT_MIN) the exp is 0, so is a masked key's -inf.
-    assert np.all(_core.attention_exp(np.array([-87.4, -100.0, -np.inf], np.float32)) == 0.0)
+    assert np.all(_harness.attention_exp(np.array([-87.4, -100.0, -np.inf], np.float32)) == 0.0)
     # Positive arguments (never passed by softmax) are refused, not scaled past the exponent
     # (found by UBSan under tests/sanitize.sh: the float -> int conversion overflowed).
     for bad in (1e-30, 1.0, 2147483647.0, np.inf):
         with pytest.raises(ValueError, match="positive"):
-            _core.attention_exp(np.array([-1.0, bad], np.float32))
+            _harness.attention_exp(np.array([-1.0, bad], np.float32))
 
 
 def test_bad_input_raises():
     b = make_batch([20], 4, 2, 64)
     rows = np.arange(20, dtype=np.int32)
     with pytest.raises(ValueError, match="n_head"):
-        _core.attention_test(b.q[:, :3], b.k, b.v, b.positions, b.seq, b.tables, b.n_blocks, 16, rows, 1.0)
+        _harness.attention_test(b.q[:, :3], b.k, b.v, b.positions, b.seq, b.tables, b.n_blocks, 16, rows, 1.0)
     bad = b.tables.copy()
     bad[0, 0] = b.n_blocks + 5
     with pytest.raises(ValueError, match="block"):
-        _core.attention_test(b.q, b.k, b.v, b.positions, b.seq, bad, b.n_blocks, 16, rows, 1.0)
+        _harness.attention_test(b.q, b.k, b.v, b.positions, b.seq, bad, b.n_blocks, 16, rows, 1.0)
     with pytest.raises(ValueError, match="increase"):
-        _core.attention_test(b.q, b.k, b.v, b.positions, b.seq, b.tables, b.n_blocks, 16, rows[::-1].copy(), 1.0)
+        _harness.attention_test(b.q, b.k, b.v, b.positions, b.seq, b.tables, b.n_blocks, 16, rows[::-1].copy(), 1.0)
     with pytest.raises(ValueError, match="window"):
         b.run(rows, 1.0, window=-1)
     with pytest.raises(ValueError, match="kernel"):
         b.run(rows, 1.0, kernel=3)
-    for kernel, ok in ((AVX2, _core.attention_avx2_available()), (AVX512, _core.attention_avx512_available())):
+    for kernel, ok in ((AVX2, _harness.attention_avx2_available()), (AVX512, _harness.attention_avx512_available())):
         if not ok:   # a kernel this CPU lacks is refused, not silently replaced
             with pytest.raises(ValueError, match="not available"):
                 b.run(rows, 1.0, kernel=kernel)

@@ -4,7 +4,7 @@ normalized MSE of 5e-4. Runs where a GPU is present (tests/gpu_check.sh on a len
 import numpy as np
 import pytest
 
-from localllm import _core, hub
+from localllm import _core, _harness, hub
 from localllm.quants import dequantize, row_bytes
 
 import cuda_blocks
@@ -31,7 +31,7 @@ def test_cuda_dequantize_random_blocks_match_cpu(type_id):
     n = 256 * 4096
     raw = random_blocks(type_id, n, rng)
     cpu = dequantize(raw, type_id, (n,)).reshape(-1)
-    gpu = _core.cuda_dequantize(raw, type_id, n)
+    gpu = _harness.cuda_dequantize(raw, type_id, n)
     np.testing.assert_array_equal(cpu, gpu)
 
 
@@ -48,7 +48,7 @@ def test_cuda_dequantize_real_tensors_match_cpu(model):
             seen.add(int(t.type))
             raw = np.ascontiguousarray(f.tensor_data(t.name)).view(np.uint8).reshape(-1)
             cpu = dequantize(raw, int(t.type), (t.n_elements,)).reshape(-1)
-            np.testing.assert_array_equal(cpu, _core.cuda_dequantize(raw, int(t.type), t.n_elements), err_msg=t.name)
+            np.testing.assert_array_equal(cpu, _harness.cuda_dequantize(raw, int(t.type), t.n_elements), err_msg=t.name)
     assert seen
 
 
@@ -60,9 +60,9 @@ def test_cuda_embedding_rows_match_cpu(type_id):
            else random_blocks(type_id, n_rows * k, rng))
     table = (raw.view(np.float32) if type_id == 0 else dequantize(raw, type_id, (n_rows * k,))).reshape(n_rows, k)
     ids = np.array([3, 0, 49, 3, 17], np.int32)
-    np.testing.assert_array_equal(_core.cuda_get_rows(raw, type_id, n_rows, k, ids), table[ids])
+    np.testing.assert_array_equal(_harness.cuda_get_rows(raw, type_id, n_rows, k, ids), table[ids])
     with pytest.raises(IndexError, match="token id 50 out of range"):
-        _core.cuda_get_rows(raw, type_id, n_rows, k, np.array([50], np.int32))
+        _harness.cuda_get_rows(raw, type_id, n_rows, k, np.array([50], np.int32))
 
 
 # ---- matmul: both paths, every type, against the CPU's matmul ----
@@ -75,8 +75,8 @@ def test_cuda_matmul_matches_cpu(type_id, path, M):
     N, K = 200, 768                          # N not a multiple of the 64-row tile
     w = weight_bytes(type_id, rng.standard_normal((N, K)).astype(np.float32))
     x = rng.standard_normal((M, K)).astype(np.float32)
-    cpu = _core.matmul(w, type_id, N, K, x)
-    gpu = _core.cuda_matmul(w, type_id, N, K, x, path)
+    cpu = _harness.matmul(w, type_id, N, K, x)
+    gpu = _harness.cuda_matmul(w, type_id, N, K, x, path)
     assert gpu.shape == (M, N)
     assert nmse(gpu, cpu) <= NMSE_MAX, (type_id, path, M, nmse(gpu, cpu))
 
@@ -100,8 +100,8 @@ def test_cuda_matmul_real_weights_match_cpu(model):
         raw = np.ascontiguousarray(f.tensor_data(t.name)).view(np.uint8).reshape(-1)[:N * row_bytes(int(t.type), K)]
         for M in (1, 4, 96):
             x = rng.standard_normal((M, K)).astype(np.float32)
-            cpu = _core.matmul(raw, int(t.type), N, K, x)
-            err = nmse(_core.cuda_matmul(raw, int(t.type), N, K, x), cpu)
+            cpu = _harness.matmul(raw, int(t.type), N, K, x)
+            err = nmse(_harness.cuda_matmul(raw, int(t.type), N, K, x), cpu)
             assert err <= NMSE_MAX, (t.name, M, err)
     assert seen
 
@@ -113,8 +113,8 @@ def test_cuda_rms_norm_matches_cpu():
     for n in (64, 576, 896, 2048):
         x = (rng.standard_normal((7, n)) * 3).astype(np.float32)
         w = rng.standard_normal(n).astype(np.float32)
-        gpu = _core.cuda_rms_norm(x, w, 1e-6)
-        cpu = np.stack([_core.rms_norm(row, w, 1e-6) for row in x])
+        gpu = _harness.cuda_rms_norm(x, w, 1e-6)
+        cpu = np.stack([_harness.rms_norm(row, w, 1e-6) for row in x])
         assert nmse(gpu, cpu) <= NMSE_MAX
 
 
@@ -126,15 +126,15 @@ def test_cuda_rope_matches_cpu(style, head_dim, rope_dims):
     x = rng.standard_normal((T, H, head_dim)).astype(np.float32)
     positions = np.concatenate([np.arange(20), np.arange(3000, 3020)]).astype(np.int32)
     for base in (10000.0, 1000000.0):
-        gpu = _core.cuda_rope(x, positions, rope_dims, base, style)
-        cpu = _core.cuda_rope_cpu_reference(x, positions, rope_dims, base, style)
+        gpu = _harness.cuda_rope(x, positions, rope_dims, base, style)
+        cpu = _harness.cuda_rope_cpu_reference(x, positions, rope_dims, base, style)
         assert nmse(gpu, cpu) <= NMSE_MAX
         assert not np.allclose(cpu, x)   # the reference really rotated
 
 
 @pytest.mark.parametrize("scaling", ["llama3", "linear", "yarn"])
 def test_cuda_scaled_rope_matches_cpu(scaling):
-    """RoPE scaling (csrc/rope.h, shared by both): frequency factors, linear, YaRN."""
+    """RoPE scaling (csrc/common/rope.h, shared by both): frequency factors, linear, YaRN."""
     rng = np.random.default_rng(7)
     T, H, head_dim = 40, 4, 128
     x = rng.standard_normal((T, H, head_dim)).astype(np.float32)
@@ -142,9 +142,9 @@ def test_cuda_scaled_rope_matches_cpu(scaling):
     kw = {"llama3": dict(freq_factors=np.linspace(1.0, 8.0, head_dim // 2).astype(np.float32)),
           "linear": dict(freq_scale=0.25),
           "yarn": dict(freq_scale=0.25, ext_factor=1.0, attn_factor=0.9, n_ctx_orig=4096)}[scaling]
-    gpu = _core.cuda_rope(x, positions, head_dim, 500000.0, "neox", **kw)
-    cpu = _core.cuda_rope_cpu_reference(x, positions, head_dim, 500000.0, "neox", **kw)
-    plain = _core.cuda_rope_cpu_reference(x, positions, head_dim, 500000.0, "neox")
+    gpu = _harness.cuda_rope(x, positions, head_dim, 500000.0, "neox", **kw)
+    cpu = _harness.cuda_rope_cpu_reference(x, positions, head_dim, 500000.0, "neox", **kw)
+    plain = _harness.cuda_rope_cpu_reference(x, positions, head_dim, 500000.0, "neox")
     assert nmse(gpu, cpu) <= NMSE_MAX
     assert not np.allclose(cpu, plain, atol=1e-3)   # the scaling changed the angles
 
@@ -155,8 +155,8 @@ def test_cuda_glu_matches_cpu(op):
     g = (rng.standard_normal(100_003) * 4).astype(np.float32)
     g[:4] = [-12.0, 12.0, -10.0, 10.0]       # both clamps of GEGLU
     u = rng.standard_normal(g.size).astype(np.float32)
-    cpu = getattr(_core, op)(g, u)
-    assert nmse(_core.cuda_eltwise(op, g, u), cpu) <= NMSE_MAX
+    cpu = getattr(_harness, op)(g, u)
+    assert nmse(_harness.cuda_eltwise(op, g, u), cpu) <= NMSE_MAX
 
 
 def test_cuda_adds_and_scale_are_exact():
@@ -164,9 +164,9 @@ def test_cuda_adds_and_scale_are_exact():
     a = rng.standard_normal((9, 300)).astype(np.float32)
     b = rng.standard_normal((9, 300)).astype(np.float32)
     bias = rng.standard_normal(300).astype(np.float32)
-    np.testing.assert_array_equal(_core.cuda_eltwise("add", a, b), a + b)
-    np.testing.assert_array_equal(_core.cuda_eltwise("add_bias_rows", a, bias), a + bias)
-    np.testing.assert_array_equal(_core.cuda_eltwise("scale", a, a, 29.9332590942), a * np.float32(29.9332590942))
+    np.testing.assert_array_equal(_harness.cuda_eltwise("add", a, b), a + b)
+    np.testing.assert_array_equal(_harness.cuda_eltwise("add_bias_rows", a, bias), a + bias)
+    np.testing.assert_array_equal(_harness.cuda_eltwise("scale", a, a, 29.9332590942), a * np.float32(29.9332590942))
 
 
 # ---- paged KV cache and attention ----
@@ -195,12 +195,12 @@ def attend_both(b, rows, scale, window, **gpu_kw):
     rows = np.asarray(rows, np.int32)
     args = (b["q"], b["k"], b["v"], b["positions"], b["seq_of_token"], b["block_tables"], b["n_blocks"],
             b["block_size"], rows, scale, window)
-    return _core.cuda_attention_test(*args, **gpu_kw), _core.attention_test(*args)
+    return _harness.cuda_attention_test(*args, **gpu_kw), _harness.attention_test(*args)
 
 
 def test_cuda_kv_write_and_block_copy_are_exact():
     b = paged_batch([37, 20], 4, 2, 64)
-    k_cache, v_cache = _core.cuda_kv_test(b["k"], b["v"], b["positions"], b["seq_of_token"], b["block_tables"],
+    k_cache, v_cache = _harness.cuda_kv_test(b["k"], b["v"], b["positions"], b["seq_of_token"], b["block_tables"],
                                           b["n_blocks"], b["block_size"])
     bs = b["block_size"]
     for t in range(len(b["positions"])):
@@ -210,7 +210,7 @@ def test_cuda_kv_write_and_block_copy_are_exact():
     # a block copy after the first 16 tokens: the destination holds the source's slots as they were then
     src = int(b["block_tables"][0, 0])
     dst = int(np.setdiff1d(np.arange(b["n_blocks"]), b["block_tables"]).min())
-    k2, v2 = _core.cuda_kv_test(b["k"], b["v"], b["positions"], b["seq_of_token"], b["block_tables"],
+    k2, v2 = _harness.cuda_kv_test(b["k"], b["v"], b["positions"], b["seq_of_token"], b["block_tables"],
                                 b["n_blocks"], bs, first_rows=16, copies=[(src, dst)])
     np.testing.assert_array_equal(k2[dst], k_cache[src])
     np.testing.assert_array_equal(v2[dst], v_cache[src])
@@ -255,10 +255,10 @@ def test_cuda_attention_over_shared_and_copied_blocks(shape):
     b2 = {key: (val[order] if key in ("q", "k", "v", "positions", "seq_of_token") else val) for key, val in b.items()}
     scale = 1.0 / np.sqrt(hd)
     rows = np.arange(shared, len(order))
-    gpu = _core.cuda_attention_test(b2["q"], b2["k"], b2["v"], b2["positions"], b2["seq_of_token"], tables, 8, bs,
+    gpu = _harness.cuda_attention_test(b2["q"], b2["k"], b2["v"], b2["positions"], b2["seq_of_token"], tables, 8, bs,
                                     rows.astype(np.int32), scale, 0, first_rows=shared, copies=[(1, 5)])
     # CPU: every token's K/V written explicitly (B's prompt into blocks 0 and 5)
-    cpu = _core.attention_test(q, kv[0], kv[1], positions, seq, tables, 8, bs,
+    cpu = _harness.attention_test(q, kv[0], kv[1], positions, seq, tables, 8, bs,
                                np.concatenate([np.arange(shared, shared + own),
                                                np.arange(2 * shared + own, 2 * (shared + own))]).astype(np.int32),
                                scale, 0)
@@ -273,7 +273,7 @@ def test_cuda_graph_replays_a_decode_step_exactly():
     K, N = 896, 300
     w = weight_bytes(8, rng.standard_normal((N, K)).astype(np.float32))   # Q8_0, as Qwen2.5-0.5B's 896-wide rows
     xs = rng.standard_normal((3, 2, K)).astype(np.float32)
-    direct, replayed = _core.cuda_graph_test(xs, rng.standard_normal(K).astype(np.float32), w, 8, N)
+    direct, replayed = _harness.cuda_graph_test(xs, rng.standard_normal(K).astype(np.float32), w, 8, N)
     np.testing.assert_array_equal(replayed, direct)
     assert not np.array_equal(direct[0], direct[1])   # each replay read its own input
 
@@ -282,18 +282,18 @@ def test_cuda_graph_replays_a_decode_step_exactly():
 
 def test_cuda_rejects_bad_input():
     with pytest.raises(ValueError, match="does not match"):
-        _core.cuda_dequantize(np.zeros(17, np.uint8), 2, 32)
+        _harness.cuda_dequantize(np.zeros(17, np.uint8), 2, 32)
     with pytest.raises(ValueError):
-        _core.cuda_dequantize(np.zeros(16, np.uint8), 9, 32)     # Q8_1: no CUDA kernel
+        _harness.cuda_dequantize(np.zeros(16, np.uint8), 9, 32)     # Q8_1: no CUDA kernel
     b = paged_batch([8], 2, 1, 48)
     with pytest.raises(ValueError, match="head_dim 48"):
         attend_both(b, [7], 0.1, 0)
     with pytest.raises(ValueError, match="path"):
-        _core.cuda_matmul(np.zeros(4 * 32 * 2, np.uint8), 0, 2, 32, np.zeros((1, 32), np.float32), "fast")
+        _harness.cuda_matmul(np.zeros(4 * 32 * 2, np.uint8), 0, 2, 32, np.zeros((1, 32), np.float32), "fast")
 
 
 def test_cuda_out_of_memory_names_what_did_not_fit():
     free, total = _core.cuda_mem_info()
     with pytest.raises(MemoryError, match=r"GPU out of memory: .* for layer 7 ffn_up did not fit \(.* free of"):
-        _core.cuda_alloc(total * 4, "layer 7 ffn_up")
-    _core.cuda_alloc(1 << 20, "a small buffer")     # the device is still usable after the failure
+        _harness.cuda_alloc(total * 4, "layer 7 ffn_up")
+    _harness.cuda_alloc(1 << 20, "a small buffer")     # the device is still usable after the failure

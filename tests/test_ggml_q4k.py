@@ -1,4 +1,4 @@
-"""Q4_K matmul in llama.cpp's float order (csrc/quants/ggml_q4k.cpp).
+"""Q4_K matmul in llama.cpp's float order (csrc/backends/cpu/ggml_numerics/ggml_q4k.cpp).
 
 Bit-identity with llama.cpp itself is checked against its captured intermediate tensors, which
 CI does not have. Here: the SIMD path equals the scalar reference bit for bit (random rows,
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from conftest import model_file
-from localllm import _core
+from localllm import _harness
 from localllm.gguf import GGUFFile
 
 Q4_K = 12
@@ -38,8 +38,8 @@ def activations(m: int, k: int, rng: np.random.Generator) -> np.ndarray:
 
 def both_paths(w: np.ndarray, x: np.ndarray, n_threads: int = 2) -> tuple[np.ndarray, np.ndarray]:
     n, k = w.shape[0], x.shape[1]
-    fast = _core.matmul_llamacpp(w, Q4_K, n, k, x, n_threads)
-    ref = _core.matmul_llamacpp(w, Q4_K, n, k, x, n_threads, reference=True)
+    fast = _harness.matmul_llamacpp(w, Q4_K, n, k, x, n_threads)
+    ref = _harness.matmul_llamacpp(w, Q4_K, n, k, x, n_threads, reference=True)
     assert fast.shape == ref.shape == (x.shape[0], n)
     return fast, ref
 
@@ -99,7 +99,7 @@ def test_rows_split_between_gemm_and_gemv_as_ggml(reference):
     rng = np.random.default_rng(7)
     w = random_q4k_rows(32, 1024, rng)
     x = activations(7, 1024, rng)
-    run = lambda xs: _core.matmul_llamacpp(w, Q4_K, 32, 1024, np.ascontiguousarray(xs), 2, reference)
+    run = lambda xs: _harness.matmul_llamacpp(w, Q4_K, 32, 1024, np.ascontiguousarray(xs), 2, reference)
     y7 = run(x)
     assert_bits_equal(y7[:4], run(x[:4]))                                  # gemm rows
     for i in range(4, 7):
@@ -112,8 +112,8 @@ def test_thread_count_changes_no_bits():
     rng = np.random.default_rng(11)
     w = random_q4k_rows(48, 512, rng)
     x = activations(13, 512, rng)
-    one = _core.matmul_llamacpp(w, Q4_K, 48, 512, x, 1)
-    assert_bits_equal(one, _core.matmul_llamacpp(w, Q4_K, 48, 512, x, 3))
+    one = _harness.matmul_llamacpp(w, Q4_K, 48, 512, x, 1)
+    assert_bits_equal(one, _harness.matmul_llamacpp(w, Q4_K, 48, 512, x, 3))
 
 
 @pytest.mark.parametrize("reference", [False, True])
@@ -121,4 +121,4 @@ def test_rows_not_multiple_of_8_refused(reference):
     rng = np.random.default_rng(3)
     w = random_q4k_rows(12, 256, rng)
     with pytest.raises(ValueError, match="no llama.cpp-order kernel for Q4_K weights of 12 rows"):
-        _core.matmul_llamacpp(w, Q4_K, 12, 256, activations(4, 256, rng), 2, reference)
+        _harness.matmul_llamacpp(w, Q4_K, 12, 256, activations(4, 256, rng), 2, reference)

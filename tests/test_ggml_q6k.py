@@ -1,4 +1,4 @@
-"""The Q6_K matmul of the llama.cpp numerics mode (csrc/quants/ggml_q6k.cpp).
+"""The Q6_K matmul of the llama.cpp numerics mode (csrc/backends/cpu/ggml_numerics/ggml_q6k.cpp).
 
 Its bit-for-bit agreement with llama.cpp is checked against llama.cpp's own tensors outside CI
 (they are not in the repository); here: the SIMD kernel (AVX-512, or AVX2 on CPUs without it)
@@ -14,7 +14,7 @@ from gguf import GGMLQuantizationType as T
 from gguf.quants import dequantize
 
 from conftest import model_file
-from localllm import _core
+from localllm import _core, _harness
 from localllm.gguf import GGUFFile
 from test_kernels import dequant_act
 
@@ -41,8 +41,8 @@ def activations(rng: np.random.Generator, m: int, k: int) -> np.ndarray:
 
 
 def both_paths(w: np.ndarray, n: int, k: int, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    fast = _core.matmul_llamacpp(w, Q6_K, n, k, x, n_threads=2)
-    ref = _core.matmul_llamacpp(w, Q6_K, n, k, x, n_threads=2, reference=True)
+    fast = _harness.matmul_llamacpp(w, Q6_K, n, k, x, n_threads=2)
+    ref = _harness.matmul_llamacpp(w, Q6_K, n, k, x, n_threads=2, reference=True)
     return fast, ref
 
 
@@ -83,10 +83,10 @@ def test_reference_is_the_product(gemma_q6k_rows, m):
     worst; measured about 1 ulp here, while zeroing 1/8 of each row is off by ~8e-5 of it."""
     w, k = gemma_q6k_rows
     x = activations(np.random.default_rng(300 + m), m, k)
-    ref = _core.matmul_llamacpp(w, Q6_K, w.shape[0], k, x, reference=True)
+    ref = _harness.matmul_llamacpp(w, Q6_K, w.shape[0], k, x, reference=True)
     wd = dequantize(w, T.Q6_K).astype(np.float64)
     for i in range(m):
-        xd = dequant_act(_core.quantize_act(x[i], int(T.Q8_K)).tobytes(), T.Q8_K, k)
+        xd = dequant_act(_harness.quantize_act(x[i], int(T.Q8_K)).tobytes(), T.Q8_K, k)
         tol = 2.0 ** -21 * (np.abs(wd) @ np.abs(xd))
         assert np.all(np.abs(ref[i] - wd @ xd) <= tol), f"row {i}: {np.abs(ref[i] - wd @ xd).max()} > {tol.min()}"
 
@@ -94,13 +94,13 @@ def test_reference_is_the_product(gemma_q6k_rows, m):
 def test_thread_split_changes_no_bits(gemma_q6k_rows):
     w, k = gemma_q6k_rows
     x = activations(np.random.default_rng(7), 13, k)
-    one = _core.matmul_llamacpp(w, Q6_K, w.shape[0], k, x, n_threads=1)
-    np.testing.assert_array_equal(one.view(np.uint32), _core.matmul_llamacpp(w, Q6_K, w.shape[0], k, x, n_threads=2).view(np.uint32))
+    one = _harness.matmul_llamacpp(w, Q6_K, w.shape[0], k, x, n_threads=1)
+    np.testing.assert_array_equal(one.view(np.uint32), _harness.matmul_llamacpp(w, Q6_K, w.shape[0], k, x, n_threads=2).view(np.uint32))
 
 
 def test_rejects_bad_shapes():
     w = np.zeros((2, BLOCK_BYTES), np.uint8)
     with pytest.raises(ValueError):
-        _core.matmul_llamacpp(w, Q6_K, 2, 256, np.zeros((1, 128), np.float32))
+        _harness.matmul_llamacpp(w, Q6_K, 2, 256, np.zeros((1, 128), np.float32))
     with pytest.raises(ValueError):
-        _core.matmul_llamacpp(w, Q6_K, 3, 256, np.zeros((1, 256), np.float32))
+        _harness.matmul_llamacpp(w, Q6_K, 3, 256, np.zeros((1, 256), np.float32))

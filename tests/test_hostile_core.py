@@ -150,14 +150,14 @@ def attention_case(n_head: int, n_head_kv: int, hd: int = 16):
 
 ATTENTION_CODE = """
     import sys, numpy as np
-    from localllm import _core
+    from localllm import _harness
     sys.path.insert(0, sys.argv[1])
     from test_hostile_core import attention_case
     case = {case}
     for numerics in ("fast", "llama.cpp"):
         for kernel in (-1, 0):
             try:
-                _core.attention_test(**case, kernel=kernel, numerics=numerics)
+                _harness.attention_test(**case, kernel=kernel, numerics=numerics)
                 print("accepted", numerics)
             except ValueError as e:
                 print("ValueError", numerics, e)

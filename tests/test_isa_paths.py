@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from localllm import _core
+from localllm import _core, _harness
 from test_kernels import ALL_TYPES, VEC_DOT_TYPE, T, make_acts, make_weights
 
 REPO = Path(__file__).resolve().parent.parent
@@ -45,10 +45,10 @@ def test_matmul_rows_equal_the_levels_vec_dot(t: T, isa: int) -> None:
     w = make_weights(t, n, k, rng)
     x = make_acts(max(ROWS), k, rng)
     for m in ROWS:
-        y = _core.matmul(w, int(t), n, k, x[:m], 2, isa)
+        y = _harness.matmul(w, int(t), n, k, x[:m], 2, isa)
         for i in sorted({0, m // 2, m - 1}):
-            xq = _core.quantize_act(x[i], int(VEC_DOT_TYPE[t]), isa)
-            dots = np.array([_core.vec_dot(int(t), w[j], xq, k, isa) for j in range(n)], np.float32)
+            xq = _harness.quantize_act(x[i], int(VEC_DOT_TYPE[t]), isa)
+            dots = np.array([_harness.vec_dot(int(t), w[j], xq, k, isa) for j in range(n)], np.float32)
             assert np.array_equal(y[i], dots), f"{_core.isa_name(isa)} M={m} row {i}"
 
 
@@ -64,17 +64,17 @@ def test_repacked_panels_equal_gguf_rows_at_every_row_count(isa: int, t: T) -> N
     w = make_weights(t, n, k, rng)
     x = make_acts(max(ROWS), k, rng)
     for m in ROWS:
-        assert np.array_equal(_core.matmul_repacked(w, int(t), n, k, x[:m], 2, isa=isa),
-                              _core.matmul(w, int(t), n, k, x[:m], 2, isa)), f"M={m}"
+        assert np.array_equal(_harness.matmul_repacked(w, int(t), n, k, x[:m], 2, isa=isa),
+                              _harness.matmul(w, int(t), n, k, x[:m], 2, isa)), f"M={m}"
 
 
 PORTABLE_REPACK = """
 import numpy as np, sys
 sys.path.insert(0, {tests!r})
-from localllm import _core
+from localllm import _core, _harness
 from test_kernels import make_weights, T
 rng = np.random.default_rng(5)
-np.savez({path!r}, **{{str(t): _core.repack_weight(make_weights(T(t), 37, 512, rng), t, 37, 512, 2) for t in {types}}})
+np.savez({path!r}, **{{str(t): _harness.repack_weight(make_weights(T(t), 37, 512, rng), t, 37, 512, 2) for t in {types}}})
 """
 
 
@@ -90,21 +90,21 @@ def test_portable_repack_writes_the_avx512_panels(tmp_path) -> None:
     portable = np.load(path)
     rng = np.random.default_rng(5)
     for t in types:
-        expected = _core.repack_weight(make_weights(T(t), 37, 512, rng), t, 37, 512, 2)
+        expected = _harness.repack_weight(make_weights(T(t), 37, 512, rng), t, 37, 512, 2)
         assert np.array_equal(portable[str(t)], expected), T(t).name
 
 
 AMX_VS_VNNI = """
 import numpy as np, sys
 sys.path.insert(0, {tests!r})
-from localllm import _core
+from localllm import _core, _harness
 from test_kernels import make_acts, make_weights, T
 rng = np.random.default_rng(11)
 out = {{}}
 for t, n, k in [(t, 40, 512) for t in {types}] + [(int(T.Q8_0), 200, 640)]:
     w = make_weights(T(t), n, k, rng)
     x = make_acts(128, k, rng)
-    out[f"{{t}}_{{n}}"] = np.stack([np.pad(_core.matmul_repacked(w, t, n, k, x[:m], 2), ((0, 128 - m), (0, 0)))
+    out[f"{{t}}_{{n}}"] = np.stack([np.pad(_harness.matmul_repacked(w, t, n, k, x[:m], 2), ((0, 128 - m), (0, 0)))
                                    for m in {rows}])
 np.savez({path!r}, amx=np.array(_core.amx_available()), **out)
 """
@@ -156,8 +156,8 @@ def test_avx2_gives_the_avx512_logits(tmp_path, key: str) -> None:
 
 
 def test_isa_cap_is_honoured_and_checked() -> None:
-    probe = ("from localllm import _core; print(_core.best_isa(), _core.amx_available(), "
-             "_core.attention_avx512_available())")
+    probe = ("from localllm import _core, _harness; print(_core.best_isa(), _core.amx_available(), "
+             "_harness.attention_avx512_available())")
     for level in ISAS:
         proc = run_python(probe, LOCALLLM_ISA=_core.isa_name(level))
         best, amx, attn = proc.stdout.split()

@@ -21,7 +21,7 @@ from gguf import GGMLQuantizationType as T
 from gguf.quants import dequantize, quantize
 
 from conftest import model_file
-from localllm import _core
+from localllm import _core, _harness
 
 ISAS = [i for i in range(3) if _core.isa_available(i)]
 LEGACY = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0]
@@ -266,7 +266,7 @@ def test_isa_levels() -> None:
 def test_isa_fallbacks(t: T, isa: int) -> None:
     """Which level implements each type: the required types have their own SIMD kernels at
     every level; the documented fallbacks (FALLBACKS) report the lower level they use."""
-    level = _core.vec_dot_isa(int(t), isa)
+    level = _harness.vec_dot_isa(int(t), isa)
     assert level == FALLBACKS.get(t, {}).get(isa, isa), f"{t.name} at {_core.isa_name(isa)} uses {_core.isa_name(level)}"
     if t in MUST_HAVE_SIMD:
         assert level == isa
@@ -299,7 +299,7 @@ def test_quantize_act_matches_reference(vdt: T) -> None:
     for x in act_test_rows(rng):
         want = ref_quantize_act(x, vdt)
         for isa in ISAS:
-            got = _core.quantize_act(x, int(vdt), isa).tobytes()
+            got = _harness.quantize_act(x, int(vdt), isa).tobytes()
             assert got == want, f"{vdt.name} at {_core.isa_name(isa)} differs from the reference"
 
 
@@ -309,7 +309,7 @@ def test_quantize_act_float_specials(vdt: T) -> None:
                   1e6, 5.96e-8, 2.98e-8, 3.0e-8, 1.0 + 2 ** -11, 1.0 + 3 * 2 ** -11, 3.4e38] * 2, np.float32)
     want = ref_quantize_act(x, vdt)
     for isa in ISAS:
-        assert _core.quantize_act(x, int(vdt), isa).tobytes() == want
+        assert _harness.quantize_act(x, int(vdt), isa).tobytes() == want
 
 
 # ---------------------------------------------------------------------------------------------
@@ -328,16 +328,16 @@ def check_dots(t: T, w_rows: np.ndarray, k: int, x_rows: np.ndarray, label: str)
     vdt = VEC_DOT_TYPE[t]
     wd = dequant_weights(w_rows, t, k)
     for i, x in enumerate(x_rows):
-        xq = _core.quantize_act(x, int(vdt), 0)
+        xq = _harness.quantize_act(x, int(vdt), 0)
         xd = dequant_act(xq.tobytes(), vdt, k)
         w = w_rows[i % len(w_rows)]
         terms = wd[i % len(w_rows)] * xd
         scale = float(np.abs(terms).sum()) + 1e-30
         slack = q8_1_s_term_bound(w, t, xq.tobytes())
-        ref = _core.vec_dot(int(t), w, xq, k, 0)
+        ref = _harness.vec_dot(int(t), w, xq, k, 0)
         assert abs(ref - terms.sum()) <= 1e-5 * scale + slack, f"scalar {label} K={k}: {ref} vs {terms.sum()}"
         for isa in ISAS[1:]:
-            got = _core.vec_dot(int(t), w, xq, k, isa)
+            got = _harness.vec_dot(int(t), w, xq, k, isa)
             assert abs(got - ref) <= 1e-5 * scale, f"{_core.isa_name(isa)} {label} K={k}: {got} vs scalar {ref}"
 
 
@@ -406,7 +406,7 @@ def test_matmul_vs_float64(t: T) -> None:
     x = make_acts(m, k, rng)
     vdt = VEC_DOT_TYPE[t]
     for isa in ISAS:
-        y = _core.matmul(w, int(t), n, k, x, 2, isa)
+        y = _harness.matmul(w, int(t), n, k, x, 2, isa)
         assert y.shape == (m, n) and y.dtype == np.float32
         ref = x.astype(np.float64) @ wd.T
         absprod = np.abs(x.astype(np.float64)) @ np.abs(wd).T
@@ -416,7 +416,7 @@ def test_matmul_vs_float64(t: T) -> None:
         assert np.all(np.abs(y - ref) <= bound), f"{t.name} {_core.isa_name(isa)}: max err {np.abs(y - ref).max()}"
         # tight: against the activations as quantized
         for i in range(m):
-            xq = _core.quantize_act(x[i], int(vdt), isa)
+            xq = _harness.quantize_act(x[i], int(vdt), isa)
             xd = dequant_act(xq.tobytes(), vdt, k)
             exact = wd @ xd
             tol = 1e-5 * (np.abs(wd) @ np.abs(xd)) + np.array(
@@ -435,17 +435,17 @@ def test_batch_invariance(t: T) -> None:
     w = make_weights(t, n, k, rng)
     x = make_acts(16, k, rng)
     for isa in ISAS:
-        full = _core.matmul(w, int(t), n, k, x, 2, isa)
+        full = _harness.matmul(w, int(t), n, k, x, 2, isa)
         for mm in (1, 3, 7):
             for start in sorted({0, 1, 16 - mm, 5 % (17 - mm)}):
-                part = _core.matmul(w, int(t), n, k, x[start:start + mm], 2, isa)
+                part = _harness.matmul(w, int(t), n, k, x[start:start + mm], 2, isa)
                 assert np.array_equal(part, full[start:start + mm]), f"{_core.isa_name(isa)} M={mm} at {start}"
         perm = rng.permutation(16)
-        assert np.array_equal(_core.matmul(w, int(t), n, k, x[perm], 2, isa), full[perm])
+        assert np.array_equal(_harness.matmul(w, int(t), n, k, x[perm], 2, isa), full[perm])
         # every output equals the 1 x 1 kernel
         for i in (0, 9, 15):
-            xq = _core.quantize_act(x[i], int(VEC_DOT_TYPE[t]), isa)
-            dots = np.array([_core.vec_dot(int(t), w[j], xq, k, isa) for j in range(n)], np.float32)
+            xq = _harness.quantize_act(x[i], int(VEC_DOT_TYPE[t]), isa)
+            dots = np.array([_harness.vec_dot(int(t), w[j], xq, k, isa) for j in range(n)], np.float32)
             assert np.array_equal(dots, full[i]), f"{_core.isa_name(isa)} row {i} differs from vec_dot"
 
 
@@ -456,9 +456,9 @@ def test_thread_invariance(t: T) -> None:
     w = make_weights(t, n, k, rng)
     x = make_acts(9, k, rng)
     for isa in ISAS:
-        y1 = _core.matmul(w, int(t), n, k, x, 1, isa)
+        y1 = _harness.matmul(w, int(t), n, k, x, 1, isa)
         for threads in (2, 3):
-            assert np.array_equal(_core.matmul(w, int(t), n, k, x, threads, isa), y1)
+            assert np.array_equal(_harness.matmul(w, int(t), n, k, x, threads, isa), y1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -470,23 +470,23 @@ def test_bad_sizes_raise_value_error() -> None:
     k, n = 64, 4
     w = make_weights(T.Q4_0, n, k, rng)
     x = make_acts(2, k, rng)
-    _core.matmul(w, int(T.Q4_0), n, k, x)   # the valid call works
+    _harness.matmul(w, int(T.Q4_0), n, k, x)   # the valid call works
     bad_calls = [
-        lambda: _core.matmul(w[:, :-1].copy(), int(T.Q4_0), n, k, x),         # short rows
-        lambda: _core.matmul(w, int(T.Q4_0), n + 1, k, x),                     # N too big
-        lambda: _core.matmul(w, int(T.Q4_0), n, 48, x[:, :48].copy()),         # K not a multiple of 32
-        lambda: _core.matmul(w, int(T.Q4_0), n, k, x[:, :32].copy()),          # x has the wrong K
-        lambda: _core.matmul(w, int(T.Q4_0), n, k, x[0]),                      # x not 2-D
-        lambda: _core.matmul(w, 4, n, k, x),                                   # unknown type id
-        lambda: _core.matmul(w, int(T.Q8_K), n, k, x),                         # no dot product
-        lambda: _core.matmul(w, int(T.Q4_0), n, k, x, 0),                      # n_threads
-        lambda: _core.matmul(w, int(T.Q4_0), n, k, x, 2, 7),                   # isa
-        lambda: _core.matmul(w.view(np.int8), int(T.Q4_0), n, k, x),           # not uint8
-        lambda: _core.vec_dot(int(T.Q4_0), w[0], _core.quantize_act(x[0], int(T.Q8_0)), 32),
-        lambda: _core.vec_dot(int(T.Q4_0), w[0], _core.quantize_act(x[0, :32], int(T.Q8_0)), k),
-        lambda: _core.quantize_act(x[0, :40], int(T.Q8_0)),                   # n not a multiple
-        lambda: _core.quantize_act(x[0], int(T.Q8_K)),                         # 64 < 256
-        lambda: _core.quantize_act(x[0], int(T.Q4_0)),                         # not an activation type
+        lambda: _harness.matmul(w[:, :-1].copy(), int(T.Q4_0), n, k, x),         # short rows
+        lambda: _harness.matmul(w, int(T.Q4_0), n + 1, k, x),                     # N too big
+        lambda: _harness.matmul(w, int(T.Q4_0), n, 48, x[:, :48].copy()),         # K not a multiple of 32
+        lambda: _harness.matmul(w, int(T.Q4_0), n, k, x[:, :32].copy()),          # x has the wrong K
+        lambda: _harness.matmul(w, int(T.Q4_0), n, k, x[0]),                      # x not 2-D
+        lambda: _harness.matmul(w, 4, n, k, x),                                   # unknown type id
+        lambda: _harness.matmul(w, int(T.Q8_K), n, k, x),                         # no dot product
+        lambda: _harness.matmul(w, int(T.Q4_0), n, k, x, 0),                      # n_threads
+        lambda: _harness.matmul(w, int(T.Q4_0), n, k, x, 2, 7),                   # isa
+        lambda: _harness.matmul(w.view(np.int8), int(T.Q4_0), n, k, x),           # not uint8
+        lambda: _harness.vec_dot(int(T.Q4_0), w[0], _harness.quantize_act(x[0], int(T.Q8_0)), 32),
+        lambda: _harness.vec_dot(int(T.Q4_0), w[0], _harness.quantize_act(x[0, :32], int(T.Q8_0)), k),
+        lambda: _harness.quantize_act(x[0, :40], int(T.Q8_0)),                   # n not a multiple
+        lambda: _harness.quantize_act(x[0], int(T.Q8_K)),                         # 64 < 256
+        lambda: _harness.quantize_act(x[0], int(T.Q4_0)),                         # not an activation type
     ]
     for i, call in enumerate(bad_calls):
         with pytest.raises(ValueError):
@@ -505,7 +505,7 @@ def test_thread_pool_runs_every_share_once(threads: int) -> None:
     over a late worker's share (still exactly once). A run lasts at least its shares' work, so
     the overhead (wall time per run minus the work) is never negative."""
     for work_ns in (0.0, 2000.0):
-        overhead = _core.threadpool_dispatch_ns(threads, 200, work_ns)
+        overhead = _harness.threadpool_dispatch_ns(threads, 200, work_ns)
         assert np.isfinite(overhead) and overhead >= 0.0
 
 
@@ -516,12 +516,12 @@ def test_read_bandwidth_is_gb_per_second() -> None:
     import time
     n = 1 << 27
     t0 = time.perf_counter()
-    gbs = _core.read_bandwidth(n, 2, 1)
+    gbs = _harness.read_bandwidth(n, 2, 1)
     wall = time.perf_counter() - t0
     assert n / (gbs * 1e9) <= wall
     assert gbs < 5000.0
     with pytest.raises(ValueError):
-        _core.read_bandwidth(1000, 2, 1)
+        _harness.read_bandwidth(1000, 2, 1)
 
 
 @pytest.mark.parametrize("n", [1, 15, 16, 17, 256, 576, 640, 896, 1000])
@@ -530,8 +530,8 @@ def test_rms_norm_simd_matches_scalar_reference(n: int) -> None:
     rng = np.random.default_rng(n)
     x = (rng.standard_normal(n) * rng.choice([1e-3, 1.0, 30.0], n)).astype(np.float32)
     w = rng.standard_normal(n).astype(np.float32)
-    ref = _core.rms_norm(x, w, 1e-6, reference=True)
-    assert np.array_equal(_core.rms_norm(x, w, 1e-6), ref)
+    ref = _harness.rms_norm(x, w, 1e-6, reference=True)
+    assert np.array_equal(_harness.rms_norm(x, w, 1e-6), ref)
     x64 = x.astype(np.float64)
     exact = x64 / np.sqrt(np.mean(x64 * x64) + 1e-6) * w
     np.testing.assert_allclose(ref, exact, rtol=1e-6, atol=1e-7 * np.abs(exact).max())
@@ -546,9 +546,9 @@ def test_swiglu_simd_matches_scalar_reference_and_silu() -> None:
                   np.inf, -np.inf, np.nan], np.float32),     # NaN: UBSan found the reference's NaN -> int
     ])
     up = rng.standard_normal(gate.size).astype(np.float32)
-    ref = _core.swiglu(gate, up, reference=True)
+    ref = _harness.swiglu(gate, up, reference=True)
     assert np.isnan(ref[-1]), "NaN gate: the reference must give NaN"
-    assert np.array_equal(_core.swiglu(gate, up), ref, equal_nan=True)     # silu(-inf) is NaN
+    assert np.array_equal(_harness.swiglu(gate, up), ref, equal_nan=True)     # silu(-inf) is NaN
     g = gate.astype(np.float64)
     with np.errstate(over="ignore", invalid="ignore"):    # -inf / inf: not compared below
         exact = g / (1 + np.exp(-g)) * up
@@ -566,8 +566,8 @@ def test_geglu_simd_matches_scalar_reference() -> None:
         (rng.standard_normal(1003) * 1e-6).astype(np.float32),          # f16 subnormals
     ])
     up = rng.standard_normal(gate.size).astype(np.float32)
-    ref = _core.geglu(gate, up, reference=True)
-    assert np.array_equal(_core.geglu(gate, up), ref)
+    ref = _harness.geglu(gate, up, reference=True)
+    assert np.array_equal(_harness.geglu(gate, up), ref)
     assert ref[gate <= -10].tolist() == [0.0] * int((gate <= -10).sum())
     np.testing.assert_array_equal(ref[gate >= 10], (gate * up)[gate >= 10])
 
@@ -583,10 +583,10 @@ def test_repacked_weights_give_identical_results(t: T) -> None:
     for n, m in ((37, 1), (64, 2), (45, 5), (33, 17), (16, 40), (50, 32), (20, 64)):
         w = make_weights(t, n, k, rng)
         x = make_acts(m, k, rng)
-        got = _core.matmul_repacked(w, int(t), n, k, x, 2)
-        assert np.array_equal(got, _core.matmul(w, int(t), n, k, x, 2)), f"N={n} M={m}"
-        packed = _core.repack_weight(w, int(t), n, k)          # what benchmarks/matvec.py times
+        got = _harness.matmul_repacked(w, int(t), n, k, x, 2)
+        assert np.array_equal(got, _harness.matmul(w, int(t), n, k, x, 2)), f"N={n} M={m}"
+        packed = _harness.repack_weight(w, int(t), n, k)          # what benchmarks/matvec.py times
         assert packed.nbytes == -(-n // 16) * 16 * w.nbytes // n
-        assert np.array_equal(_core.matmul_repacked(packed, int(t), n, k, x, 2, prepacked=True), got)
+        assert np.array_equal(_harness.matmul_repacked(packed, int(t), n, k, x, 2, prepacked=True), got)
     with pytest.raises(ValueError, match="repack_weight's output"):
-        _core.matmul_repacked(packed[:-1], int(t), n, k, x, 2, prepacked=True)
+        _harness.matmul_repacked(packed[:-1], int(t), n, k, x, 2, prepacked=True)

@@ -22,7 +22,7 @@ from gguf.quants import dequantize, quantize
 import json
 
 from conftest import CORPUS, REFERENCE, model_file
-from localllm import LLM, _core
+from localllm import LLM, _core, _harness
 from localllm.engine import kv_bytes_per_token
 from localllm.gguf import GGUFFile
 from test_attention import KERNELS, attend, make_batch
@@ -79,7 +79,7 @@ def reference(b, rows, scale, window, cache_k, cache_v, rotated: bool = True) ->
 
 
 def run(b, rows, scale, window, kernel, cache_k, cache_v, n_threads=2):
-    return _core.attention_test(b.q, b.k, b.v, b.positions, b.seq, b.tables, b.n_blocks, b.block_size,
+    return _harness.attention_test(b.q, b.k, b.v, b.positions, b.seq, b.tables, b.n_blocks, b.block_size,
                                 np.asarray(rows, np.int32), scale, window, kernel, n_threads,
                                 cache_type_k=cache_k, cache_type_v=cache_v)
 

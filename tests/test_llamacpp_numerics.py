@@ -1,4 +1,4 @@
-"""The "llama.cpp numerics" kernels (csrc/ggml_math.h, quants/ggml_legacy.cpp, attention_ggml.cpp).
+"""The "llama.cpp numerics" kernels (csrc/backends/cpu/ggml_numerics/ggml_math.h, quants/ggml_legacy.cpp, attention_ggml.cpp).
 
 They reproduce llama.cpp's x86 float order exactly; tests/test_fidelity.py holds the whole
 forward to llama.cpp's logits bit for bit. Here each kernel is held to an independent numpy
@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from localllm import _core
+from localllm import _core, _harness
 from test_attention import make_batch
 
 LEGACY = {"q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8}
@@ -84,9 +84,9 @@ def test_legacy_matmul_is_ggmls_order(name):
     vdt = 9 if wtype in (3, 7) else 8
     for M in (1, 3, 4, 7):
         x = (rng.standard_normal((M, K)) * rng.uniform(0.1, 10, (M, 1))).astype(f32)
-        fast = _core.matmul_llamacpp(w, wtype, N, K, x)
-        ref = _core.matmul_llamacpp(w, wtype, N, K, x, reference=True)
-        xq = np.stack([_core.quantize_act(row, vdt) for row in x])
+        fast = _harness.matmul_llamacpp(w, wtype, N, K, x)
+        ref = _harness.matmul_llamacpp(w, wtype, N, K, x, reference=True)
+        xq = np.stack([_harness.quantize_act(row, vdt) for row in x])
         want = _legacy_numpy(w, wtype, xq)
         assert np.array_equal(ref.view(np.uint32), want.view(np.uint32)), f"{name} M={M}: reference vs numpy"
         assert np.array_equal(fast.view(np.uint32), ref.view(np.uint32)), f"{name} M={M}: fast vs reference"
@@ -95,7 +95,7 @@ def test_legacy_matmul_is_ggmls_order(name):
 def test_matmul_llamacpp_rejects_types_without_a_kernel():
     w = np.zeros((16, 176), np.uint8)          # Q5_K: no llama.cpp-order kernel yet
     with pytest.raises(ValueError, match="no llama.cpp-order kernel for Q5_K"):
-        _core.matmul_llamacpp(w, 13, 16, 256, np.zeros((1, 256), f32))
+        _harness.matmul_llamacpp(w, 13, 16, 256, np.zeros((1, 256), f32))
 
 
 def _expf_ggml(x: np.ndarray) -> np.ndarray:
@@ -120,7 +120,7 @@ def test_swiglu_is_ggmls_silu():
     u = rng.standard_normal(g.size).astype(f32)
     want = ((g / (f32(1) + _expf_ggml(-g))).astype(f32) * u).astype(f32)
     for reference in (False, True):
-        got = _core.swiglu(g, u, reference)
+        got = _harness.swiglu(g, u, reference)
         assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
@@ -130,14 +130,14 @@ def test_swiglu_is_ggmls_silu():
 def test_attention_llamacpp_fast_equals_reference(lengths, window, hd, kernel):
     """AVX2 and AVX-512 paths vs the scalar statement of llama.cpp's order, for batches of one
     query row (vec_dot_f16 order) and of several (tinyBLAS order), GQA, sliding windows."""
-    if not (_core.attention_avx2_available() if kernel == 1 else _core.attention_avx512_available()):
+    if not (_harness.attention_avx2_available() if kernel == 1 else _harness.attention_avx512_available()):
         pytest.skip("this CPU does not run that level")
     b = make_batch(lengths, n_head=4, n_head_kv=2, hd=hd, seed=hd)
     rows_all = np.arange(len(b.positions), dtype=np.int32)
     for rows in (rows_all, rows_all[-1:], rows_all[5:6]):
         args = (b.q, b.k, b.v, b.positions, b.seq, b.tables, b.n_blocks, b.block_size, rows, 0.125, window)
-        fast = _core.attention_test(*args, kernel=kernel, numerics="llama.cpp")
-        ref = _core.attention_test(*args, kernel=0, numerics="llama.cpp")
+        fast = _harness.attention_test(*args, kernel=kernel, numerics="llama.cpp")
+        ref = _harness.attention_test(*args, kernel=0, numerics="llama.cpp")
         assert np.array_equal(fast.view(np.uint32), ref.view(np.uint32)), f"rows {len(rows)}"
 
 
@@ -147,8 +147,8 @@ def test_attention_llamacpp_kernel_depends_on_batch_size():
     b = make_batch([50], n_head=2, n_head_kv=1, hd=64, seed=5)
     rows = np.arange(50, dtype=np.int32)
     args = (b.q, b.k, b.v, b.positions, b.seq, b.tables, b.n_blocks, b.block_size)
-    many = _core.attention_test(*args, rows, 0.125, numerics="llama.cpp")
-    one = _core.attention_test(*args, rows[-1:], 0.125, numerics="llama.cpp")
-    fast = _core.attention_test(*args, rows[-1:], 0.125)
+    many = _harness.attention_test(*args, rows, 0.125, numerics="llama.cpp")
+    one = _harness.attention_test(*args, rows[-1:], 0.125, numerics="llama.cpp")
+    fast = _harness.attention_test(*args, rows[-1:], 0.125)
     np.testing.assert_allclose(one[0], many[-1], rtol=0, atol=1e-5)
     np.testing.assert_allclose(one[0], fast[0], rtol=0, atol=1e-5)

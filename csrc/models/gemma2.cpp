@@ -3,9 +3,9 @@
 // sliding window on every other layer (the even ones) with the same RoPE, attention scores
 // soft-capped (tanh(s/50)*50) and the logits soft-capped (tanh(l/30)*30), as llama.cpp's gemma2.
 #include <math.h>
-#include "gemma.h"
-#include "layer_blocks.h"
-#include "../weights.h"
+#include "models/gemma.h"
+#include "models/layer_blocks.h"
+#include "model/weights.h"
 
 namespace lll {
 

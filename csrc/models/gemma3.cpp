@@ -2,9 +2,9 @@
 // NeoX RoPE with a separate base on sliding-window layers (5 of every 6), q scaled after RoPE,
 // post-attention and post-FFN norms, GELU-gated FFN. The GGUF norms already include Gemma's +1.
 #include <math.h>
-#include "gemma.h"
-#include "layer_blocks.h"
-#include "../weights.h"
+#include "models/gemma.h"
+#include "models/layer_blocks.h"
+#include "model/weights.h"
 
 namespace lll {
 

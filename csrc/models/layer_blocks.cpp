@@ -1,5 +1,5 @@
 // layer_blocks.cpp — see layer_blocks.h.
-#include "layer_blocks.h"
+#include "models/layer_blocks.h"
 #include <math.h>
 #include <string.h>
 #include <stdexcept>

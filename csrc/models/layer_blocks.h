@@ -3,7 +3,7 @@
 #pragma once
 #include <stdint.h>
 #include <string>
-#include "../model.h"
+#include "model/model.h"
 
 namespace lll {
 

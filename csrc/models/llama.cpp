@@ -2,9 +2,9 @@
 // RMSNorm, RoPE on adjacent pairs, grouped-query attention, SwiGLU FFN.
 #include <stdexcept>
 #include <string>
-#include "layer_blocks.h"
-#include "llama.h"
-#include "../weights.h"
+#include "models/layer_blocks.h"
+#include "models/llama.h"
+#include "model/weights.h"
 
 namespace lll {
 

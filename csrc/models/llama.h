@@ -1,7 +1,7 @@
 // llama.h — the llama block, reused by architectures that differ only in their hyper-parameters.
 #pragma once
 #include <string>
-#include "../model.h"
+#include "model/model.h"
 
 namespace lll {
 // out[T, n_embd] = an FFN sub-layer on the normalized input h[T, n_embd].

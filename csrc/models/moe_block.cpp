@@ -15,7 +15,7 @@
 #include <algorithm>
 #include <stdexcept>
 #include <vector>
-#include "layer_blocks.h"
+#include "models/layer_blocks.h"
 
 namespace lll {
 
@@ -49,7 +49,7 @@ void moe_ffn_block(const LayerCtx& c, const float* h, int64_t T, float* out) {
     const HParams& hp = c.hp;
     const LayerWeights& L = c.L;
     Backend& be = c.be;
-    if (be.placement() != Placement::CPU) throw std::logic_error("mixture-of-experts layers run on the CPU backend");
+    if (!be.host_memory()) throw std::logic_error("mixture-of-experts layers run on the CPU backend");
     const ActScratch& s = be.scratch();
     const int n_expert = hp.n_expert, k = hp.n_expert_used;
     const int64_t D = hp.n_embd, F = hp.n_ff_exp;

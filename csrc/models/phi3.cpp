@@ -5,9 +5,9 @@
 // are refused by load_common_hparams. llama.cpp runs Phi-3's sliding window as full attention;
 // so does this file (the key is not read).
 #include <math.h>
-#include "layer_blocks.h"
-#include "llama.h"
-#include "../weights.h"
+#include "models/layer_blocks.h"
+#include "models/llama.h"
+#include "model/weights.h"
 
 namespace lll {
 

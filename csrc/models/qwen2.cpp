@@ -1,8 +1,8 @@
 // qwen2.cpp — the qwen2 architecture: the llama block with QKV biases (loaded when present)
 // and NeoX-style RoPE (rotating the two halves of each head).
-#include "layer_blocks.h"
-#include "llama.h"
-#include "../weights.h"
+#include "models/layer_blocks.h"
+#include "models/llama.h"
+#include "model/weights.h"
 
 namespace lll {
 

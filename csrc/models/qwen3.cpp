@@ -1,9 +1,9 @@
 // qwen3.cpp — the qwen3 architecture (dense Qwen3): the qwen2 block without QKV biases, with
 // per-head RMSNorm on Q and K before RoPE (attention_block applies them when present) and an
 // explicit head size (attention.key_length; Q is n_head * head_dim wide, not n_embd).
-#include "layer_blocks.h"
-#include "llama.h"
-#include "../weights.h"
+#include "models/layer_blocks.h"
+#include "models/llama.h"
+#include "model/weights.h"
 
 namespace lll {
 

@@ -2,9 +2,9 @@
 // block (per-head Q/K RMSNorm, NeoX RoPE) and, in place of the dense FFN, a mixture of experts
 // (moe_block.cpp) in every layer.
 #include <stdexcept>
-#include "layer_blocks.h"
-#include "llama.h"
-#include "../weights.h"
+#include "models/layer_blocks.h"
+#include "models/llama.h"
+#include "model/weights.h"
 
 namespace lll {
 

@@ -1,6 +1,6 @@
 // registry.cpp — the one place architectures are registered.
 #include <string>
-#include "../model.h"
+#include "model/model.h"
 
 namespace lll {
 

@@ -1,0 +1,38 @@
+// quants.h — conversions between f32 and every block format, and the dot products inference needs.
+//
+// Reference (scalar) code is always compiled; SIMD paths (AVX2, AVX-512) are compiled when the
+// compiler targets them and are held to the scalar reference by tests (tests/test_kernels.py).
+#pragma once
+#include <stdint.h>
+#include "common/blocks.h"
+
+namespace lll {
+
+// Instruction-set level of a kernel. Scalar is always available.
+enum class Isa : int { Scalar = 0, AVX2 = 1, AVX512 = 2 };
+Isa best_isa();                      // the fastest level compiled in and supported by this CPU
+bool cpu_has_f16c();                 // the CPU converts F16 <-> F32 in hardware (CPUID)
+bool isa_available(Isa isa);         // compiled in and supported by this CPU
+const char* isa_name(Isa isa);
+// Whether the repacked decode kernels (1-3 rows) prefetch panels ahead in software (isa.cpp).
+bool replay_prefetch_pays();
+// Whether Q6_K's prompt kernels scale unit sums with shuffle + vpdpwssd instead of vpmulld (isa.cpp).
+bool q6k_scale_split_pays();
+
+// ---- reference conversions (csrc/backends/cpu/quants/ref/ref_*.cpp); n is a multiple of the block size ----
+// dequantize_row: blocks of type `type` -> n floats.  Supported: every type in blocks.h.
+void dequantize_row(GGMLType type, const void* src, float* dst, int64_t n);
+// quantize_row_ref: n floats -> blocks, bit-exact with ggml's quantize_row_*_ref (and gguf-py).
+void quantize_row_ref(GGMLType type, const float* src, void* dst, int64_t n);
+bool can_quantize(GGMLType type);
+
+// ---- activation quantization + dot products (csrc/backends/cpu/quants/dot/dot_*.cpp) ----
+// quantize_act_row: one activation row -> vec_dot_type blocks, as ggml's CPU backend does it
+// (its x86 SIMD rounding), at the given ISA level (levels must agree bit for bit).
+void quantize_act_row(GGMLType vec_dot_type, const float* x, void* dst, int64_t n, Isa isa);
+// vec_dot: one weight row (type `wtype`, n elements) . one activation row already in
+// type_traits(wtype)->vec_dot_type. Returns the f32 result.
+typedef float (*VecDotFn)(int64_t n, const void* w, const void* x);
+VecDotFn vec_dot_fn(GGMLType wtype, Isa isa);   // nullptr when not available at that level
+
+}  // namespace lll

@@ -1,0 +1,54 @@
+// bind_devices.cpp — the backend registry's Python face (backends/registry.h): which devices this
+// build has, and for each device backend `<name>_compiled`, `<name>_device_count()` and
+// `<name>_free_memory()` (0 where this build or machine has none), plus `<name>_device_name(device)`
+// and `<name>_mem_info()` where the build has it. Names follow the registry (e.g. cuda_device_count
+// for "CUDA"), so a backend added there appears here with no change.
+#include <pybind11/pybind11.h>
+
+#include <ctype.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "backends/registry.h"
+
+namespace py = pybind11;
+
+namespace {
+
+std::string lower(const char* s) {
+    std::string out(s);
+    for (char& c : out) c = (char)tolower((unsigned char)c);
+    return out;
+}
+
+void bind_device_queries(py::module_& m, const lll::BackendInfo& b) {
+    const std::string prefix = lower(b.name);
+    m.attr((prefix + "_compiled").c_str()) = b.compiled;
+    m.def((prefix + "_device_count").c_str(), b.device_count,
+          (std::string(b.name) + " devices visible (0 without a device or driver, or without " + b.name +
+           " in this build)").c_str());
+    m.def((prefix + "_free_memory").c_str(), b.free_memory,
+          (std::string("Free bytes of the first ") + b.name +
+           " device, what -ngl auto plans against (0 where there is no device or driver)").c_str());
+    if (b.device_name) m.def((prefix + "_device_name").c_str(), b.device_name, py::arg("device") = 0);
+    if (b.mem_info)
+        m.def((prefix + "_mem_info").c_str(), [mem_info = b.mem_info] {
+            size_t free_b = 0, total_b = 0;
+            mem_info(&free_b, &total_b);
+            return py::make_tuple(free_b, total_b);
+        }, "(free, total) bytes of the current device");
+}
+
+}  // namespace
+
+void register_devices(py::module_& m) {
+    m.def("backend_compiled", [](const std::string& device) {
+        const lll::Placement p = lll::find_placement(device);
+        if (p.backend < 0)
+            throw std::invalid_argument("device must be " + lll::backend_names() + ", not '" + device + "'");
+        return lll::backend_compiled(p);
+    }, py::arg("device"), ("Whether this build has the backend of a device (" + lll::backend_names() + ").").c_str());
+    for (const lll::BackendInfo* b : lll::backend_registry())
+        if (!b->host) bind_device_queries(m, *b);
+}
