@@ -5,7 +5,7 @@ tensor type most weights get (``llama_ftype_get_default_type``); the K-quant and
 types per tensor (see :mod:`localllm_convert.quant_rules`).
 
 Block sizes come from the runtime's type registry (``localllm.quants.type_info``, the C++ table
-in csrc/quants/type_registry.cpp) when the native core is built, else from gguf-py's table (the
+in csrc/backends/cpu/quants/type_registry.cpp) when the native core is built, else from gguf-py's table (the
 converter then writes only float and legacy types, see ``arrays.quantize_rows``).
 """
 from __future__ import annotations

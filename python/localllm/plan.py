@@ -2,7 +2,7 @@
 
 The byte counts come from `_core.Footprint`, which reads the GGUF's tensor table (no weight is
 read) and sizes every buffer with the functions the allocators themselves use
-(`csrc/footprint.cpp`): weights after the CPU's repacking (or in their GGUF bytes on a GPU), KV
+(`csrc/model/footprint.cpp`): weights after the CPU's repacking (or in their GGUF bytes on a GPU), KV
 blocks for the pool, scratch activations for the largest batch. After loading,
 `_core.Model.allocated` reports what was really allocated, in the same terms.
 

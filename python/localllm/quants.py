@@ -30,7 +30,7 @@ __all__ = [
 
 
 # ggml tensor type ids as stored in GGUF files, one member per type the C++ type registry
-# (csrc/quants/type_registry.cpp) supports; never renumbered: they are the file format.
+# (csrc/backends/cpu/quants/type_registry.cpp) supports; never renumbered: they are the file format.
 GGMLType = enum.IntEnum("GGMLType", [(t["name"], t["id"]) for t in _core.types()])
 GGMLType.__doc__ = "ggml tensor type ids this runtime supports (from the C++ type registry)."
 

@@ -47,7 +47,7 @@ log = logging.getLogger("localllm.engine")
 def kv_bytes_per_token(metadata: dict, cache_type_k: str = "f16", cache_type_v: str = "f16") -> int:
     """KV cache bytes one token takes (K and V of every layer, in the cache's types: "f16",
     "q8_0", "q4_0"), from GGUF metadata; used to turn a memory size into a number of blocks
-    before the model is loaded (the same sizes as the C++ cache's, csrc/kv_cache.cpp)."""
+    before the model is loaded (the same sizes as the C++ cache's, csrc/model/kv_cache.cpp)."""
     from ..quants import GGMLType, row_bytes
     arch = metadata["general.architecture"]
     n_head = int(metadata[f"{arch}.attention.head_count"])

@@ -1,5 +1,5 @@
 """Byte-level BPE merging (``tokenizer.ggml.model == "gpt2"``), on the C++ table of
-``csrc/bpe.cpp``.
+``csrc/text/bpe.cpp``.
 
 Words come pre-split by :mod:`localllm.text.pretok` and already spelled byte-level; each is
 merged on its own by lowest merge rank first, leftmost on ties, which is llama.cpp's
