@@ -10,6 +10,7 @@ void register_sampling(py::module_& m);   // bind_sampling.cpp: Sampler
 void register_model(py::module_& m);      // bind_model.cpp: Model, KV cache
 void register_cuda(py::module_& m);       // bind_cuda.cpp: CUDA kernels (when built)
 void register_tokenizer(py::module_& m);  // bind_tokenizer.cpp: BPE merges
+void register_vulkan(py::module_& m);     // backends/vulkan/bind_vulkan.cpp: devices, op harness
 
 PYBIND11_MODULE(_core, m) {
     m.doc() = "localllm native core: GGUF reader, block-quantized kernels, forward pass";
@@ -20,6 +21,7 @@ PYBIND11_MODULE(_core, m) {
     register_model(m);
     register_cuda(m);
     register_tokenizer(m);
+    register_vulkan(m);
 #ifdef LOCALLLM_HAVE_CUDA
     m.attr("cuda_compiled") = true;
 #else
