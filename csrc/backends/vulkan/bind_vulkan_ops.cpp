@@ -10,6 +10,9 @@
 #include <string>
 
 #include "backends/vulkan/vk_ops.h"
+#include "blocks.h"
+#include "ops.h"
+#include "threadpool.h"
 
 namespace py = pybind11;
 using lll::vk::Buffer;
@@ -100,6 +103,133 @@ py::array_t<float> glu_py(const F32Array& gate, const F32Array& up, const std::s
     return download_floats(c, out, std::vector<py::ssize_t>(gate.shape(), gate.shape() + gate.ndim()));
 }
 
+uint64_t raw_bytes(uint32_t type, uint64_t rows, uint32_t K) {
+    const lll::TypeTraits* tt = lll::type_traits(type);
+    if (!tt) throw std::invalid_argument("unknown ggml type " + std::to_string(type));
+    if (K == 0 || K % tt->block_elems)
+        throw std::invalid_argument("K=" + std::to_string(K) + " is not a positive multiple of the " + tt->name +
+                                    " block size " + std::to_string(tt->block_elems));
+    return rows * (K / tt->block_elems) * tt->block_bytes;
+}
+
+void check_blocks(const U8Array& w, uint32_t type, uint64_t rows, uint32_t K, const char* what) {
+    const uint64_t want = raw_bytes(type, rows, K);
+    if ((uint64_t)w.size() != want)
+        throw std::invalid_argument(std::string(what) + ": " + std::to_string(w.size()) + " bytes given, " +
+                                    std::to_string(rows) + " rows of " + std::to_string(K) + " need " + std::to_string(want));
+}
+
+py::array_t<float> dequantize_py(const U8Array& w, int type, int64_t rows, int64_t K, int device) {
+    check_blocks(w, checked_u32(type, "type"), checked_u32(rows, "rows"), checked_u32(K, "K"), "vulkan_dequantize");
+    std::unique_lock<std::mutex> lock;
+    Context& c = context_for(device, lock);
+    Buffer dw = device_copy(c, "dequantize input", w.data(), w.size());
+    Buffer out = c.create_buffer("dequantize output", (uint64_t)rows * K * 4, MemoryKind::DeviceLocal);
+    c.begin();
+    lll::vk::op_dequantize(c, (uint32_t)type, dw, out, (uint32_t)rows, (uint32_t)K);
+    c.submit_and_wait();
+    return download_floats(c, out, {(py::ssize_t)rows, (py::ssize_t)K});
+}
+
+py::array_t<float> embed_py(const U8Array& table, int type, int64_t rows, int64_t K, const I32Array& ids, int device) {
+    check_blocks(table, checked_u32(type, "type"), checked_u32(rows, "rows"), checked_u32(K, "K"), "vulkan_embed");
+    for (py::ssize_t i = 0; i < ids.size(); ++i)
+        if (ids.data()[i] < 0 || ids.data()[i] >= rows)
+            throw std::out_of_range("token id " + std::to_string(ids.data()[i]) + " out of range [0, " + std::to_string(rows) + ")");
+    std::unique_lock<std::mutex> lock;
+    Context& c = context_for(device, lock);
+    Buffer dt = device_copy(c, "embedding table", table.data(), table.size());
+    Buffer di = device_copy(c, "token ids", ids.data(), (uint64_t)ids.size() * 4);
+    Buffer out = c.create_buffer("embeddings", (uint64_t)ids.size() * K * 4, MemoryKind::DeviceLocal);
+    c.begin();
+    lll::vk::op_embed(c, (uint32_t)type, dt, di, out, checked_u32(ids.size(), "T"), (uint32_t)K);
+    c.submit_and_wait();
+    return download_floats(c, out, {(py::ssize_t)ids.size(), (py::ssize_t)K});
+}
+
+py::array_t<float> linear_py(const U8Array& w, int type, int64_t N, int64_t K, const F32Array& x,
+                             const std::string& kernel, int device) {
+    check_blocks(w, checked_u32(type, "type"), checked_u32(N, "N"), checked_u32(K, "K"), "vulkan_linear");
+    if (x.ndim() != 2 || x.shape(1) != K) throw std::invalid_argument("vulkan_linear: x must be [T, K]");
+    lll::vk::LinearKernel which = lll::vk::LinearKernel::Auto;
+    if (kernel == "matvec") which = lll::vk::LinearKernel::MatVec;
+    else if (kernel == "tiled") which = lll::vk::LinearKernel::Tiled;
+    else if (kernel != "auto") throw std::invalid_argument("vulkan_linear: kernel must be auto, matvec or tiled");
+    const uint32_t T = checked_u32(x.shape(0), "T");
+    std::unique_lock<std::mutex> lock;
+    Context& c = context_for(device, lock);
+    Buffer dw = device_copy(c, "linear weight", w.data(), w.size());
+    Buffer dx = floats_on_device(c, "linear input", x);
+    Buffer out = c.create_buffer("linear output", (uint64_t)T * N * 4, MemoryKind::DeviceLocal);
+    c.begin();
+    lll::vk::op_linear(c, (uint32_t)type, dw, dx, out, T, (uint32_t)N, (uint32_t)K, which);
+    c.submit_and_wait();
+    return download_floats(c, out, {(py::ssize_t)T, (py::ssize_t)N});
+}
+
+py::array_t<float> rms_norm_py(const F32Array& x, py::object w, float eps, int device) {
+    if (x.ndim() != 2) throw std::invalid_argument("vulkan_rms_norm: x must be [rows, n]");
+    const uint32_t rows = checked_u32(x.shape(0), "rows"), n = checked_u32(x.shape(1), "n");
+    std::unique_lock<std::mutex> lock;
+    Context& c = context_for(device, lock);
+    Buffer dx = floats_on_device(c, "rms_norm input", x);
+    Buffer dw;
+    if (!w.is_none()) {
+        F32Array wa = w.cast<F32Array>();
+        if ((uint64_t)wa.size() != n) throw std::invalid_argument("vulkan_rms_norm: w must have n elements");
+        dw = floats_on_device(c, "rms_norm weight", wa);
+    }
+    Buffer out = c.create_buffer("rms_norm output", (uint64_t)x.size() * 4, MemoryKind::DeviceLocal);
+    c.begin();
+    lll::vk::op_rms_norm(c, dx, w.is_none() ? nullptr : &dw, out, rows, n, eps);
+    c.submit_and_wait();
+    return download_floats(c, out, {(py::ssize_t)rows, (py::ssize_t)n});
+}
+
+// The CPU's (cos, sin) table (ops.h rope_table), shared by the Vulkan op and the CPU reference.
+std::vector<float> rope_cs(const I32Array& positions, int rope_dims, float base) {
+    lll::RopeFreqs f;
+    f.base = base;
+    std::vector<float> cs((size_t)positions.size() * rope_dims);
+    lll::rope_table(positions.data(), positions.size(), rope_dims, f, cs.data());
+    return cs;
+}
+
+void check_rope(const F32Array& x, const I32Array& positions, int rope_dims, const std::string& style) {
+    if (x.ndim() != 3 || positions.ndim() != 1 || positions.shape(0) != x.shape(0))
+        throw std::invalid_argument("rope: x must be [T, n_heads, head_dim] and positions [T]");
+    if (rope_dims <= 0 || rope_dims % 2 || rope_dims > x.shape(2)) throw std::invalid_argument("rope: bad rope_dims");
+    if (style != "normal" && style != "neox") throw std::invalid_argument("rope: style must be 'normal' or 'neox'");
+}
+
+py::array_t<float> rope_py(const F32Array& x, const I32Array& positions, int rope_dims, float base,
+                           const std::string& style, int device) {
+    check_rope(x, positions, rope_dims, style);
+    const std::vector<float> cs = rope_cs(positions, rope_dims, base);
+    std::unique_lock<std::mutex> lock;
+    Context& c = context_for(device, lock);
+    Buffer dx = floats_on_device(c, "rope x", x);
+    Buffer dcs = device_copy(c, "rope table", cs.data(), cs.size() * 4);
+    c.begin();
+    lll::vk::op_rope(c, dx, dcs, checked_u32(x.shape(0), "T"), checked_u32(x.shape(1), "n_heads"),
+                     checked_u32(x.shape(2), "head_dim"), (uint32_t)rope_dims, style == "neox");
+    c.submit_and_wait();
+    return download_floats(c, dx, {x.shape(0), x.shape(1), x.shape(2)});
+}
+
+// The CPU forward's rope on the same table: the reference the Vulkan op is held to.
+py::array_t<float> rope_cpu_py(const F32Array& x, const I32Array& positions, int rope_dims, float base,
+                               const std::string& style) {
+    check_rope(x, positions, rope_dims, style);
+    const std::vector<float> cs = rope_cs(positions, rope_dims, base);
+    py::array_t<float> out({x.shape(0), x.shape(1), x.shape(2)});
+    std::copy(x.data(), x.data() + x.size(), out.mutable_data());
+    lll::ThreadPool pool(1);
+    lll::rope(pool, out.mutable_data(), x.shape(0), (int)x.shape(1), (int)x.shape(2), rope_dims, cs.data(),
+              style == "neox" ? lll::RopeStyle::NeoX : lll::RopeStyle::Normal);
+    return out;
+}
+
 }  // namespace
 
 void shutdown_vulkan_contexts() {
@@ -113,5 +243,20 @@ void register_vulkan_ops(py::module_& m) {
     m.def("vulkan_scale", &scale_py, py::arg("x"), py::arg("s"), py::arg("device") = -1, "x * s on a Vulkan device.");
     m.def("vulkan_glu", &glu_py, py::arg("gate"), py::arg("up"), py::arg("kind"), py::arg("device") = -1,
           "act(gate) * up on a Vulkan device, act 'silu' or 'gelu' (tanh form, as the CPU's swiglu / geglu).");
+    m.def("vulkan_dequantize", &dequantize_py, py::arg("w"), py::arg("type"), py::arg("rows"), py::arg("K"),
+          py::arg("device") = -1, "rows x K elements of raw ggml blocks (uint8) -> f32 [rows, K] on a Vulkan device.");
+    m.def("vulkan_embed", &embed_py, py::arg("table"), py::arg("type"), py::arg("rows"), py::arg("K"), py::arg("ids"),
+          py::arg("device") = -1, "Rows ids of a [rows, K] table of raw ggml blocks -> f32 [len(ids), K].");
+    m.def("vulkan_linear", &linear_py, py::arg("w"), py::arg("type"), py::arg("N"), py::arg("K"), py::arg("x"),
+          py::arg("kernel") = "auto", py::arg("device") = -1,
+          "y[T, N] = x[T, K] . W[N, K]^T with W raw ggml blocks dequantized in the shader; kernel: auto, matvec "
+          "(T <= 4) or tiled.");
+    m.def("vulkan_rms_norm", &rms_norm_py, py::arg("x"), py::arg("w"), py::arg("eps"), py::arg("device") = -1,
+          "Per row of x[rows, n]: x / sqrt(mean(x^2) + eps) * w (w None: no weight).");
+    m.def("vulkan_rope", &rope_py, py::arg("x"), py::arg("positions"), py::arg("rope_dims"), py::arg("base"),
+          py::arg("style"), py::arg("device") = -1,
+          "Rotary embedding of x[T, n_heads, head_dim] (style 'normal' or 'neox') with the CPU's angle table.");
+    m.def("rope_cpu", &rope_cpu_py, py::arg("x"), py::arg("positions"), py::arg("rope_dims"), py::arg("base"),
+          py::arg("style"), "The CPU forward's rope (ops.h) on a copy of x: the Vulkan op's reference.");
 }
 #endif  // LOCALLLM_HAVE_VULKAN

@@ -235,7 +235,10 @@ const Pipeline& Context::pipeline(const std::string& kernel, uint32_t n_buffers,
 
 void Context::begin() {
     check_usable();
-    if (recording_) throw std::logic_error("Vulkan context: begin() while recording");
+    // A recording abandoned by an exception (bad arguments found mid-way) is discarded: nothing
+    // of it was submitted, and its descriptor sets go back to the pool.
+    if (recording_) fns_.vkResetDescriptorPool(device_, desc_pool_, 0);
+    recording_ = false;
     check(fns_.vkResetCommandBuffer(cmd_, 0), "vkResetCommandBuffer");
     VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
     bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;

@@ -45,5 +45,29 @@ void op_glu(Context& c, Glu kind, const Buffer& gate, const Buffer& up, Buffer& 
     eltwise(c, kind == Glu::SiLU ? 2 : 3, gate, up, out, n, n, 0.0f);
 }
 
+void op_rms_norm(Context& c, const Buffer& x, const Buffer* w, Buffer& y, uint32_t rows, uint32_t n, float eps) {
+    struct {
+        uint32_t rows, n;
+        float eps;
+        uint32_t has_w;
+    } push{rows, n, eps, w ? 1u : 0u};
+    const Pipeline& p = c.pipeline("rms_norm", 3, sizeof(push), {256});
+    uint32_t gx, gy;
+    spread_groups(c, rows, &gx, &gy);
+    c.dispatch(p, {&x, w ? w : &x, &y}, &push, gx, gy);
+}
+
+void op_rope(Context& c, Buffer& x, const Buffer& cs, uint32_t T, uint32_t n_heads, uint32_t head_dim,
+             uint32_t rope_dims, bool neox) {
+    struct {
+        uint32_t T, n_heads, head_dim, rope_dims, neox;
+    } push{T, n_heads, head_dim, rope_dims, neox ? 1u : 0u};
+    const Pipeline& p = c.pipeline("rope", 2, sizeof(push), {kEltwiseGroup});
+    const uint64_t pairs = (uint64_t)T * n_heads * (rope_dims / 2);
+    uint32_t gx, gy;
+    spread_groups(c, (pairs + kEltwiseGroup - 1) / kEltwiseGroup, &gx, &gy);
+    c.dispatch(p, {&x, &cs}, &push, gx, gy);
+}
+
 }  // namespace lll::vk
 #endif  // LOCALLLM_HAVE_VULKAN
