@@ -18,6 +18,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("model", nargs="?", default=None,
                    help=f"path to a .gguf file or a known model name (default {hub.DEFAULT_MODEL})")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--devices", action="store_true",
+                   help="list the devices this build can run on (the CPU, each Vulkan device) and exit")
     p.add_argument("--tensors", action="store_true",
                    help="also list every tensor (name, type, shape in ggml order, file offset)")
     p.add_argument("--plan", action="store_true",
@@ -111,7 +113,37 @@ def plan_for(args: argparse.Namespace, path: str):
     return plan
 
 
+def _devices() -> list[dict[str, Any]]:
+    import os
+    import platform
+
+    from localllm import _core
+    pages, page = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGESIZE")
+    avail = os.sysconf("SC_AVPHYS_PAGES") if "SC_AVPHYS_PAGES" in os.sysconf_names else pages
+    rows = [{"device": "cpu", "name": platform.processor() or platform.machine(), "type": "cpu",
+             "total_bytes": pages * page, "free_bytes": avail * page}]
+    for d in _core.vulkan_devices():
+        rows.append({"device": f"vulkan:{d['index']}", **d})
+    return rows
+
+
+def print_devices(as_json: bool) -> int:
+    rows = _devices()
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{'DEVICE':<10} {'TYPE':<11} {'TOTAL':>9} {'FREE':>9}  NAME")
+    for r in rows:
+        note = "" if r.get("usable", True) else f"  (unusable: {r['unusable_reason']})"
+        note += "  (default)" if r.get("default") else ""
+        print(f"{r['device']:<10} {r['type']:<11} {_size(r['total_bytes']):>9} {_size(r['free_bytes']):>9}  "
+              f"{r['name']}{note}")
+    return 0
+
+
 def run_info(args: argparse.Namespace) -> int:
+    if args.devices:
+        return print_devices(args.json)
     path = hub.resolve_model(args.model)
     if args.plan:
         plan = plan_for(args, str(path))

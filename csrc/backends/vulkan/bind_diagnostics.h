@@ -1,0 +1,29 @@
+// bind_diagnostics.h — the Vulkan instance's diagnostics, bound in each extension module that
+// creates an instance of its own (_core for the backend, _harness for the op harness: each module
+// links its own copy of the core, so each has its own instance and validation log).
+#pragma once
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <mutex>
+#include <string>
+
+#include "backends/vulkan/vk_instance.h"
+
+inline void bind_vulkan_diagnostics(pybind11::module_& m) {
+    namespace py = pybind11;
+    m.def("vulkan_unavailable_reason", [] {
+        std::string why;
+        return lll::vk::Instance::try_get(&why) ? std::string() : why;
+    }, "Why Vulkan cannot be used here ('' when an instance was created).");
+    m.def("vulkan_validation_messages", [] {
+        auto& log = lll::vk::validation_log();
+        std::lock_guard<std::mutex> lock(log.mu);
+        return py::make_tuple(log.count.load(), log.first);
+    }, "(count, first messages) of validation-layer warnings and errors since start "
+       "(LOCALLLM_VULKAN_VALIDATE=1 enables the layer).");
+    m.def("vulkan_validating", [] {
+        lll::vk::Instance* inst = lll::vk::Instance::try_get(nullptr);
+        return inst && inst->validating();
+    }, "Whether the validation layer is on for this process's Vulkan instance.");
+}

@@ -1,0 +1,325 @@
+// vk_context.cpp — device, queue, buffers, pipelines and submission (see vk_context.h).
+#ifdef LOCALLLM_HAVE_VULKAN
+#include "backends/vulkan/vk_context.h"
+
+#include <string.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "backends/vulkan/spirv_registry.h"
+
+namespace lll::vk {
+
+namespace {
+
+constexpr uint32_t kMaxSetsPerSubmit = 1024;
+
+uint32_t compute_queue_family(const InstanceFns& f, VkPhysicalDevice pd) {
+    uint32_t n = 0;
+    f.vkGetPhysicalDeviceQueueFamilyProperties(pd, &n, nullptr);
+    std::vector<VkQueueFamilyProperties> fams(n);
+    f.vkGetPhysicalDeviceQueueFamilyProperties(pd, &n, fams.data());
+    // A compute family without graphics first: on discrete GPUs it is the async compute engine.
+    for (uint32_t i = 0; i < n; ++i)
+        if ((fams[i].queueFlags & VK_QUEUE_COMPUTE_BIT) && !(fams[i].queueFlags & VK_QUEUE_GRAPHICS_BIT)) return i;
+    for (uint32_t i = 0; i < n; ++i)
+        if (fams[i].queueFlags & VK_QUEUE_COMPUTE_BIT) return i;
+    throw std::runtime_error("Vulkan device has no compute queue");
+}
+
+double timeout_seconds() {
+    const char* v = getenv("LOCALLLM_VULKAN_TIMEOUT_S");
+    const double s = v && *v ? atof(v) : 120.0;
+    return s > 0 ? s : 120.0;
+}
+
+const SpirvBlob& find_blob(const std::string& name) {
+    for (size_t i = 0; i < k_spirv_blob_count; ++i)
+        if (name == k_spirv_blobs[i].name) return k_spirv_blobs[i];
+    throw std::invalid_argument("no embedded Vulkan kernel named " + name);
+}
+
+}  // namespace
+
+Buffer& Buffer::operator=(Buffer&& o) noexcept {
+    if (this != &o) {
+        release();
+        ctx_ = o.ctx_, buffer_ = o.buffer_, memory_ = o.memory_, size_ = o.size_, mapped_ = o.mapped_;
+        name_ = std::move(o.name_);
+        o.ctx_ = nullptr, o.buffer_ = VK_NULL_HANDLE, o.memory_ = VK_NULL_HANDLE, o.mapped_ = nullptr, o.size_ = 0;
+    }
+    return *this;
+}
+
+void Buffer::release() {
+    if (!ctx_) return;
+    const DeviceFns& f = ctx_->fns_;
+    if (mapped_) f.vkUnmapMemory(ctx_->device_, memory_);
+    if (buffer_) f.vkDestroyBuffer(ctx_->device_, buffer_, nullptr);
+    if (memory_) f.vkFreeMemory(ctx_->device_, memory_, nullptr);
+    ctx_ = nullptr, buffer_ = VK_NULL_HANDLE, memory_ = VK_NULL_HANDLE, mapped_ = nullptr, size_ = 0;
+}
+
+Context::Context(int device_index) : instance_(Instance::get()), info_(instance_.device(device_index)) {
+    const InstanceFns& ifn = instance_.fns();
+    queue_family_ = compute_queue_family(ifn, info_.handle);
+    const float priority = 1.0f;
+    VkDeviceQueueCreateInfo qi{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
+    qi.queueFamilyIndex = queue_family_;
+    qi.queueCount = 1;
+    qi.pQueuePriorities = &priority;
+    VkDeviceCreateInfo di{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
+    di.queueCreateInfoCount = 1;
+    di.pQueueCreateInfos = &qi;
+    check(ifn.vkCreateDevice(info_.handle, &di, nullptr, &device_), ("vkCreateDevice on " + info_.name).c_str());
+    try {
+        load_device_fns(ifn, device_, &fns_);
+    } catch (...) {
+        // No table to destroy it with yet: ask the instance directly.
+        auto destroy = reinterpret_cast<PFN_vkDestroyDevice>(ifn.vkGetDeviceProcAddr(device_, "vkDestroyDevice"));
+        if (destroy) destroy(device_, nullptr);
+        throw;
+    }
+    fns_.vkGetDeviceQueue(device_, queue_family_, 0, &queue_);
+    instance_.fns().vkGetPhysicalDeviceMemoryProperties(info_.handle, &mem_props_);
+    max_buffer_bytes_ = std::min<uint64_t>({kMaxAllocationBytes, info_.max_storage_buffer_range,
+                                            info_.max_allocation_bytes ? info_.max_allocation_bytes : kMaxAllocationBytes});
+    max_buffer_bytes_ -= kBufferPadBytes;
+
+    VkCommandPoolCreateInfo pi{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
+    pi.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
+    pi.queueFamilyIndex = queue_family_;
+    check(fns_.vkCreateCommandPool(device_, &pi, nullptr, &cmd_pool_), "vkCreateCommandPool");
+    VkCommandBufferAllocateInfo ai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+    ai.commandPool = cmd_pool_;
+    ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+    ai.commandBufferCount = 1;
+    check(fns_.vkAllocateCommandBuffers(device_, &ai, &cmd_), "vkAllocateCommandBuffers");
+    VkFenceCreateInfo fi{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+    check(fns_.vkCreateFence(device_, &fi, nullptr, &fence_), "vkCreateFence");
+    VkDescriptorPoolSize ps{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, kMaxSetsPerSubmit * 4};
+    VkDescriptorPoolCreateInfo dpi{VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
+    dpi.maxSets = kMaxSetsPerSubmit;
+    dpi.poolSizeCount = 1;
+    dpi.pPoolSizes = &ps;
+    check(fns_.vkCreateDescriptorPool(device_, &dpi, nullptr, &desc_pool_), "vkCreateDescriptorPool");
+}
+
+Context::~Context() {
+    if (!device_) return;
+    fns_.vkDeviceWaitIdle(device_);
+    for (auto& kv : pipelines_) {
+        fns_.vkDestroyPipeline(device_, kv.second.pipeline, nullptr);
+        fns_.vkDestroyPipelineLayout(device_, kv.second.layout, nullptr);
+        fns_.vkDestroyDescriptorSetLayout(device_, kv.second.set_layout, nullptr);
+    }
+    if (desc_pool_) fns_.vkDestroyDescriptorPool(device_, desc_pool_, nullptr);
+    if (fence_) fns_.vkDestroyFence(device_, fence_, nullptr);
+    if (cmd_pool_) fns_.vkDestroyCommandPool(device_, cmd_pool_, nullptr);
+    fns_.vkDestroyDevice(device_, nullptr);
+}
+
+void Context::check_usable() const {
+    if (!broken_.empty()) throw std::runtime_error("Vulkan device " + info_.name + " is unusable: " + broken_);
+}
+
+uint32_t Context::find_memory_type(uint32_t type_bits, MemoryKind kind) const {
+    const VkMemoryPropertyFlags want = kind == MemoryKind::DeviceLocal
+                                           ? VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT
+                                           : VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+    for (uint32_t i = 0; i < mem_props_.memoryTypeCount; ++i)
+        if ((type_bits & (1u << i)) && (mem_props_.memoryTypes[i].propertyFlags & want) == want) return i;
+    // A device without a device-local type for buffers (rare) still computes from host memory.
+    if (kind == MemoryKind::DeviceLocal)
+        for (uint32_t i = 0; i < mem_props_.memoryTypeCount; ++i)
+            if (type_bits & (1u << i)) return i;
+    throw std::runtime_error("Vulkan device " + info_.name + " has no suitable memory type");
+}
+
+Buffer Context::create_buffer(const std::string& name, uint64_t bytes, MemoryKind kind) {
+    check_usable();
+    if (bytes > max_buffer_bytes_)
+        throw std::length_error("Vulkan buffer '" + name + "' of " + std::to_string(bytes) + " bytes exceeds the " +
+                                std::to_string(max_buffer_bytes_) + "-byte limit of one buffer on " + info_.name);
+    Buffer b;
+    b.ctx_ = this;
+    b.size_ = bytes;
+    b.name_ = name;
+    VkBufferCreateInfo bi{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
+    bi.size = std::max<uint64_t>(bytes, 4) + kBufferPadBytes;
+    bi.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT;
+    bi.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
+    check(fns_.vkCreateBuffer(device_, &bi, nullptr, &b.buffer_), ("vkCreateBuffer '" + name + "'").c_str());
+    VkMemoryRequirements req;
+    fns_.vkGetBufferMemoryRequirements(device_, b.buffer_, &req);
+    VkMemoryAllocateInfo ai{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO};
+    ai.allocationSize = req.size;
+    ai.memoryTypeIndex = find_memory_type(req.memoryTypeBits, kind);
+    const VkResult r = fns_.vkAllocateMemory(device_, &ai, nullptr, &b.memory_);
+    if (r != VK_SUCCESS)
+        throw std::runtime_error("Vulkan allocation of " + std::to_string(req.size) + " bytes for '" + name + "' on " +
+                                 info_.name + " failed: " + result_name(r));
+    check(fns_.vkBindBufferMemory(device_, b.buffer_, b.memory_, 0), "vkBindBufferMemory");
+    if (kind == MemoryKind::Staging)
+        check(fns_.vkMapMemory(device_, b.memory_, 0, VK_WHOLE_SIZE, 0, &b.mapped_), "vkMapMemory");
+    return b;
+}
+
+void Context::upload(Buffer& dst, const void* src, uint64_t bytes) {
+    if (bytes > dst.size()) throw std::invalid_argument("upload of " + std::to_string(bytes) + " bytes into '" + dst.name() + "'");
+    Buffer staging = create_buffer(dst.name() + " (staging)", bytes, MemoryKind::Staging);
+    memcpy(staging.mapped(), src, bytes);
+    begin();
+    copy(staging, dst, bytes);
+    submit_and_wait();
+}
+
+void Context::download(const Buffer& src, void* dst, uint64_t bytes) {
+    if (bytes > src.size()) throw std::invalid_argument("download of " + std::to_string(bytes) + " bytes from '" + src.name() + "'");
+    Buffer staging = create_buffer(src.name() + " (staging)", bytes, MemoryKind::Staging);
+    begin();
+    copy(src, staging, bytes);
+    submit_and_wait();
+    memcpy(dst, staging.mapped(), bytes);
+}
+
+const Pipeline& Context::pipeline(const std::string& kernel, uint32_t n_buffers, uint32_t push_bytes,
+                                  const std::vector<uint32_t>& spec) {
+    std::string key = kernel;
+    for (uint32_t v : spec) key += "/" + std::to_string(v);
+    auto it = pipelines_.find(key);
+    if (it != pipelines_.end()) return it->second;
+    check_usable();
+    const SpirvBlob& blob = find_blob(kernel);
+    Pipeline p;
+    p.n_buffers = n_buffers, p.push_bytes = push_bytes;
+    std::vector<VkDescriptorSetLayoutBinding> binds(n_buffers);
+    for (uint32_t i = 0; i < n_buffers; ++i)
+        binds[i] = {i, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1, VK_SHADER_STAGE_COMPUTE_BIT, nullptr};
+    VkDescriptorSetLayoutCreateInfo li{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO};
+    li.bindingCount = n_buffers;
+    li.pBindings = binds.data();
+    check(fns_.vkCreateDescriptorSetLayout(device_, &li, nullptr, &p.set_layout), "vkCreateDescriptorSetLayout");
+    VkPushConstantRange range{VK_SHADER_STAGE_COMPUTE_BIT, 0, push_bytes};
+    VkPipelineLayoutCreateInfo pli{VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO};
+    pli.setLayoutCount = 1;
+    pli.pSetLayouts = &p.set_layout;
+    pli.pushConstantRangeCount = push_bytes ? 1 : 0;
+    pli.pPushConstantRanges = &range;
+    check(fns_.vkCreatePipelineLayout(device_, &pli, nullptr, &p.layout), "vkCreatePipelineLayout");
+    VkShaderModuleCreateInfo mi{VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};
+    mi.codeSize = blob.size;
+    mi.pCode = reinterpret_cast<const uint32_t*>(blob.code);
+    VkShaderModule module;
+    check(fns_.vkCreateShaderModule(device_, &mi, nullptr, &module), ("vkCreateShaderModule " + kernel).c_str());
+    std::vector<VkSpecializationMapEntry> entries(spec.size());
+    for (uint32_t i = 0; i < spec.size(); ++i) entries[i] = {i, i * 4u, 4};
+    VkSpecializationInfo si{(uint32_t)spec.size(), entries.data(), spec.size() * 4, spec.data()};
+    VkComputePipelineCreateInfo ci{VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO};
+    ci.stage = {VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO};
+    ci.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
+    ci.stage.module = module;
+    ci.stage.pName = "main";
+    ci.stage.pSpecializationInfo = spec.empty() ? nullptr : &si;
+    ci.layout = p.layout;
+    const VkResult r = fns_.vkCreateComputePipelines(device_, VK_NULL_HANDLE, 1, &ci, nullptr, &p.pipeline);
+    fns_.vkDestroyShaderModule(device_, module, nullptr);
+    if (r != VK_SUCCESS) {
+        fns_.vkDestroyPipelineLayout(device_, p.layout, nullptr);
+        fns_.vkDestroyDescriptorSetLayout(device_, p.set_layout, nullptr);
+        check(r, ("vkCreateComputePipelines " + kernel).c_str());
+    }
+    return pipelines_.emplace(key, p).first->second;
+}
+
+void Context::begin() {
+    check_usable();
+    // A recording abandoned by an exception (bad arguments found mid-way) is discarded: nothing
+    // of it was submitted, and its descriptor sets go back to the pool.
+    if (recording_) fns_.vkResetDescriptorPool(device_, desc_pool_, 0);
+    recording_ = false;
+    check(fns_.vkResetCommandBuffer(cmd_, 0), "vkResetCommandBuffer");
+    VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+    bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+    check(fns_.vkBeginCommandBuffer(cmd_, &bi), "vkBeginCommandBuffer");
+    recording_ = true;
+}
+
+static void full_barrier(const DeviceFns& f, VkCommandBuffer cmd) {
+    VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+    mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+    mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT |
+                       VK_ACCESS_TRANSFER_WRITE_BIT;
+    const VkPipelineStageFlags stages = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
+    f.vkCmdPipelineBarrier(cmd, stages, stages, 0, 1, &mb, 0, nullptr, 0, nullptr);
+}
+
+void Context::dispatch(const Pipeline& p, const std::vector<const Buffer*>& buffers, const void* push,
+                       uint32_t gx, uint32_t gy, uint32_t gz) {
+    if (!recording_) throw std::logic_error("Vulkan context: dispatch() outside begin()/submit_and_wait()");
+    if (buffers.size() != p.n_buffers) throw std::logic_error("Vulkan dispatch: wrong number of buffers");
+    for (int i = 0; i < 3; ++i) {
+        const uint32_t g = i == 0 ? gx : i == 1 ? gy : gz;
+        if (g > info_.max_workgroup_count[i])
+            throw std::length_error("Vulkan dispatch of " + std::to_string(g) + " workgroups exceeds the device's " +
+                                    std::to_string(info_.max_workgroup_count[i]));
+    }
+    if (gx == 0 || gy == 0 || gz == 0) return;
+    VkDescriptorSetAllocateInfo ai{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
+    ai.descriptorPool = desc_pool_;
+    ai.descriptorSetCount = 1;
+    ai.pSetLayouts = &p.set_layout;
+    VkDescriptorSet set;
+    check(fns_.vkAllocateDescriptorSets(device_, &ai, &set), "vkAllocateDescriptorSets (too many dispatches in one submit?)");
+    std::vector<VkDescriptorBufferInfo> infos(buffers.size());
+    std::vector<VkWriteDescriptorSet> writes(buffers.size());
+    for (size_t i = 0; i < buffers.size(); ++i) {
+        infos[i] = {buffers[i]->handle(), 0, VK_WHOLE_SIZE};
+        writes[i] = {VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
+        writes[i].dstSet = set;
+        writes[i].dstBinding = (uint32_t)i;
+        writes[i].descriptorCount = 1;
+        writes[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+        writes[i].pBufferInfo = &infos[i];
+    }
+    fns_.vkUpdateDescriptorSets(device_, (uint32_t)writes.size(), writes.data(), 0, nullptr);
+    fns_.vkCmdBindPipeline(cmd_, VK_PIPELINE_BIND_POINT_COMPUTE, p.pipeline);
+    fns_.vkCmdBindDescriptorSets(cmd_, VK_PIPELINE_BIND_POINT_COMPUTE, p.layout, 0, 1, &set, 0, nullptr);
+    if (p.push_bytes) fns_.vkCmdPushConstants(cmd_, p.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, p.push_bytes, push);
+    fns_.vkCmdDispatch(cmd_, gx, gy, gz);
+    full_barrier(fns_, cmd_);
+}
+
+void Context::copy(const Buffer& src, Buffer& dst, uint64_t bytes) {
+    if (!recording_) throw std::logic_error("Vulkan context: copy() outside begin()/submit_and_wait()");
+    VkBufferCopy region{0, 0, bytes};
+    if (bytes) fns_.vkCmdCopyBuffer(cmd_, src.handle(), dst.handle(), 1, &region);
+    full_barrier(fns_, cmd_);
+}
+
+void Context::submit_and_wait() {
+    if (!recording_) throw std::logic_error("Vulkan context: submit_and_wait() without begin()");
+    recording_ = false;
+    check(fns_.vkEndCommandBuffer(cmd_), "vkEndCommandBuffer");
+    VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
+    si.commandBufferCount = 1;
+    si.pCommandBuffers = &cmd_;
+    check(fns_.vkResetFences(device_, 1, &fence_), "vkResetFences");
+    VkResult r = fns_.vkQueueSubmit(queue_, 1, &si, fence_);
+    if (r == VK_SUCCESS) {
+        const double limit = timeout_seconds();
+        r = fns_.vkWaitForFences(device_, 1, &fence_, VK_TRUE, (uint64_t)(limit * 1e9));
+        if (r == VK_TIMEOUT) {
+            broken_ = "a submission did not finish within " + std::to_string((int)limit) +
+                      " s (LOCALLLM_VULKAN_TIMEOUT_S); the device may be hung";
+            throw std::runtime_error("Vulkan device " + info_.name + ": " + broken_);
+        }
+    }
+    fns_.vkResetDescriptorPool(device_, desc_pool_, 0);
+    if (r == VK_ERROR_DEVICE_LOST) broken_ = "device lost";
+    check(r, ("Vulkan submission on " + info_.name).c_str());
+}
+
+}  // namespace lll::vk
+#endif  // LOCALLLM_HAVE_VULKAN

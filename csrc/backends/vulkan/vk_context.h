@@ -1,0 +1,115 @@
+// vk_context.h — one Vulkan device ready for compute: a queue, buffers, the embedded pipelines,
+// and synchronous submission with a timeout.
+#pragma once
+#include "backends/vulkan/vk_instance.h"
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace lll::vk {
+
+class Context;
+
+// Largest single allocation localllm makes (a tensor larger than this is an error for now:
+// splitting one tensor over several windows is not done yet).
+constexpr uint64_t kMaxAllocationBytes = 1ull << 30;
+// Every buffer is allocated this much longer than asked: the shaders read quantized blocks as
+// 32-bit words at unaligned byte offsets, which may touch the word after a tensor's last byte.
+constexpr uint64_t kBufferPadBytes = 16;
+
+enum class MemoryKind { DeviceLocal, Staging };
+
+// A buffer and its memory; freed with the owning context (move-only).
+class Buffer {
+public:
+    Buffer() = default;
+    Buffer(Buffer&& o) noexcept { *this = std::move(o); }
+    Buffer& operator=(Buffer&& o) noexcept;
+    Buffer(const Buffer&) = delete;
+    Buffer& operator=(const Buffer&) = delete;
+    ~Buffer() { release(); }
+    void release();
+
+    VkBuffer handle() const { return buffer_; }
+    uint64_t size() const { return size_; }   // bytes asked for (without the padding)
+    void* mapped() const { return mapped_; }  // Staging buffers only
+    const std::string& name() const { return name_; }
+
+private:
+    friend class Context;
+    Context* ctx_ = nullptr;
+    VkBuffer buffer_ = VK_NULL_HANDLE;
+    VkDeviceMemory memory_ = VK_NULL_HANDLE;
+    uint64_t size_ = 0;
+    void* mapped_ = nullptr;
+    std::string name_;
+};
+
+// One compute kernel: an embedded SPIR-V module with its specialization constants
+// (constant_id 0 is the workgroup size), a layout of n storage buffers at bindings 0..n-1 and
+// push constants.
+struct Pipeline {
+    VkDescriptorSetLayout set_layout = VK_NULL_HANDLE;
+    VkPipelineLayout layout = VK_NULL_HANDLE;
+    VkPipeline pipeline = VK_NULL_HANDLE;
+    uint32_t n_buffers = 0, push_bytes = 0;
+};
+
+class Context {
+public:
+    explicit Context(int device_index);
+    ~Context();
+    Context(const Context&) = delete;
+    Context& operator=(const Context&) = delete;
+
+    const DeviceInfo& info() const { return info_; }
+    const DeviceFns& fns() const { return fns_; }
+    VkDevice device() const { return device_; }
+    // Bytes one buffer may hold here: min(1 GiB, maxStorageBufferRange, maxMemoryAllocationSize),
+    // so a whole buffer is always one bindable window.
+    uint64_t max_buffer_bytes() const { return max_buffer_bytes_; }
+
+    // `name` says what the buffer holds, for the error when it cannot be made.
+    Buffer create_buffer(const std::string& name, uint64_t bytes, MemoryKind kind);
+    // Synchronous copies through a staging buffer.
+    void upload(Buffer& dst, const void* src, uint64_t bytes);
+    void download(const Buffer& src, void* dst, uint64_t bytes);
+
+    // The pipeline of embedded module `kernel` with these specialization constants (cached).
+    const Pipeline& pipeline(const std::string& kernel, uint32_t n_buffers, uint32_t push_bytes,
+                             const std::vector<uint32_t>& spec = {});
+
+    // Recording: begin(), any number of dispatch() (each followed by a barrier, so a dispatch
+    // sees the writes of the ones before it), then submit_and_wait().
+    void begin();
+    void dispatch(const Pipeline& p, const std::vector<const Buffer*>& buffers, const void* push,
+                  uint32_t groups_x, uint32_t groups_y = 1, uint32_t groups_z = 1);
+    void copy(const Buffer& src, Buffer& dst, uint64_t bytes);
+    // Waits at most LOCALLLM_VULKAN_TIMEOUT_S seconds (default 120): a timeout or a lost device
+    // is an error, and the context refuses further work.
+    void submit_and_wait();
+
+private:
+    friend class Buffer;
+    uint32_t find_memory_type(uint32_t type_bits, MemoryKind kind) const;
+    void check_usable() const;
+
+    const Instance& instance_;
+    DeviceInfo info_;
+    DeviceFns fns_;
+    VkDevice device_ = VK_NULL_HANDLE;
+    VkQueue queue_ = VK_NULL_HANDLE;
+    uint32_t queue_family_ = 0;
+    VkCommandPool cmd_pool_ = VK_NULL_HANDLE;
+    VkCommandBuffer cmd_ = VK_NULL_HANDLE;
+    VkFence fence_ = VK_NULL_HANDLE;
+    VkDescriptorPool desc_pool_ = VK_NULL_HANDLE;
+    VkPhysicalDeviceMemoryProperties mem_props_{};
+    uint64_t max_buffer_bytes_ = 0;
+    bool recording_ = false;
+    std::string broken_;   // why the context can no longer be used ("" while it can)
+    std::map<std::string, Pipeline> pipelines_;
+};
+
+}  // namespace lll::vk

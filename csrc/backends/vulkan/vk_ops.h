@@ -1,0 +1,36 @@
+// vk_ops.h — the kernels of vulkan/shaders/, launched on device buffers. Each records its
+// dispatch into the context's open command buffer (Context::begin ... submit_and_wait), so a
+// caller strings several together in one submission.
+#pragma once
+#include "backends/vulkan/vk_context.h"
+
+namespace lll::vk {
+
+// out[i] = a[i] + b[i % b_len]
+void op_add(Context& c, const Buffer& a, const Buffer& b, Buffer& out, uint32_t n, uint32_t b_len);
+// out[i] = a[i] * s
+void op_scale(Context& c, const Buffer& a, Buffer& out, uint32_t n, float s);
+// out[i] = act(gate[i]) * up[i], act SiLU or GELU (tanh form)
+enum class Glu { SiLU, GELU };
+void op_glu(Context& c, Glu kind, const Buffer& gate, const Buffer& up, Buffer& out, uint32_t n);
+// Each of `rows` rows of n: y = x / sqrt(mean(x^2) + eps) * w (w: n floats, or null).
+void op_rms_norm(Context& c, const Buffer& x, const Buffer* w, Buffer& y, uint32_t rows, uint32_t n, float eps);
+// In place on x[T, n_heads, head_dim], the first rope_dims of each head, with the (cos, sin)
+// table cs[T][rope_dims] (ops.h rope_table); neox: pairs (i, i + rope_dims/2) instead of (2i, 2i+1).
+void op_rope(Context& c, Buffer& x, const Buffer& cs, uint32_t T, uint32_t n_heads, uint32_t head_dim,
+             uint32_t rope_dims, bool neox);
+// out[r, K] = dequantized row r of a [rows, K] tensor of ggml type `type` (raw blocks in w).
+void op_dequantize(Context& c, uint32_t type, const Buffer& w, Buffer& out, uint32_t rows, uint32_t K);
+// out[t, K] = dequantized row ids[t] of the table (ids: int32, checked by the caller).
+void op_embed(Context& c, uint32_t type, const Buffer& table, const Buffer& ids, Buffer& out, uint32_t T, uint32_t K);
+// y[T, N] = x[T, K] . W[N, K]^T, W raw blocks of `type` dequantized in the shader.
+enum class LinearKernel { Auto, MatVec, Tiled };
+void op_linear(Context& c, uint32_t type, const Buffer& w, const Buffer& x, Buffer& y, uint32_t T, uint32_t N,
+               uint32_t K, LinearKernel kernel = LinearKernel::Auto);
+// The kernel Auto picks for T tokens.
+LinearKernel linear_kernel_for(uint32_t T);
+
+// Whether the typed kernels exist for this ggml type id.
+bool vulkan_supports_type(uint32_t type);
+
+}  // namespace lll::vk

@@ -1,0 +1,118 @@
+// vk_ops_typed.cpp — launches of the kernels compiled once per weight block type: dequantize,
+// embed and linear (see vk_ops.h).
+#ifdef LOCALLLM_HAVE_VULKAN
+#include <algorithm>
+#include <stdexcept>
+
+#include "backends/vulkan/vk_ops.h"
+#include "blocks.h"
+
+namespace lll::vk {
+
+namespace {
+
+constexpr uint32_t kDequantGroup = 64;
+constexpr uint32_t kMatVecGroup = 128;
+constexpr uint32_t kMatVecRows = 2;     // NUM_ROWS in linear_matvec.comp
+constexpr uint32_t kMatVecCols = 4;     // MAX_COLS in linear_matvec.comp
+constexpr uint32_t kTile = 64;          // BM = BN in linear_tiled.comp
+
+// The kernel-name suffix of a block type ("q4_k"), or nullptr when the shaders lack it.
+const char* type_suffix(uint32_t type) {
+    switch (static_cast<GGMLType>(type)) {
+        case GGMLType::F32: return "f32";
+        case GGMLType::F16: return "f16";
+        case GGMLType::BF16: return "bf16";
+        case GGMLType::Q4_0: return "q4_0";
+        case GGMLType::Q4_1: return "q4_1";
+        case GGMLType::Q5_0: return "q5_0";
+        case GGMLType::Q5_1: return "q5_1";
+        case GGMLType::Q8_0: return "q8_0";
+        case GGMLType::Q2_K: return "q2_k";
+        case GGMLType::Q3_K: return "q3_k";
+        case GGMLType::Q4_K: return "q4_k";
+        case GGMLType::Q5_K: return "q5_k";
+        case GGMLType::Q6_K: return "q6_k";
+        case GGMLType::IQ4_NL: return "iq4_nl";
+        case GGMLType::IQ4_XS: return "iq4_xs";
+        default: return nullptr;
+    }
+}
+
+std::string kernel_name(const char* family, uint32_t type) {
+    const char* s = type_suffix(type);
+    if (!s) {
+        const char* name = ggml_type_name(type);
+        throw std::invalid_argument(std::string("Vulkan ") + family + ": no kernel for type " + (name ? name : std::to_string(type)));
+    }
+    return std::string(family) + "_" + s;
+}
+
+// Bytes of one row of K elements; K must be a whole number of blocks.
+uint32_t row_bytes(uint32_t type, uint32_t K) {
+    const TypeTraits* tt = type_traits(type);
+    if (!tt) throw std::invalid_argument("unknown ggml type " + std::to_string(type));
+    if (K % (uint32_t)tt->block_elems != 0)
+        throw std::invalid_argument(std::string("row of ") + std::to_string(K) + " elements is not a whole number of " +
+                                    tt->name + " blocks of " + std::to_string(tt->block_elems));
+    return K / tt->block_elems * tt->block_bytes;
+}
+
+void spread(const Context& c, uint64_t n, uint32_t* gx, uint32_t* gy) {
+    const uint64_t max_x = std::min<uint32_t>(c.info().max_workgroup_count[0], 65535);
+    *gx = n ? (uint32_t)std::min<uint64_t>(n, max_x) : 0;
+    *gy = n ? (uint32_t)((n + max_x - 1) / max_x) : 0;
+}
+
+void dequant_rows(Context& c, uint32_t type, const Buffer& w, const Buffer& ids, bool gather, Buffer& out,
+                  uint32_t rows, uint32_t K) {
+    struct {
+        uint32_t rows, K, row_bytes, chunks;
+    } push{rows, K, row_bytes(type, K), (K + 15) / 16};
+    const Pipeline& p = c.pipeline(kernel_name("dequant", type), 3, sizeof(push), {kDequantGroup, gather ? 1u : 0u});
+    uint32_t gx, gy;
+    spread(c, ((uint64_t)rows * push.chunks + kDequantGroup - 1) / kDequantGroup, &gx, &gy);
+    c.dispatch(p, {&w, &ids, &out}, &push, gx, gy);
+}
+
+}  // namespace
+
+bool vulkan_supports_type(uint32_t type) { return type_suffix(type) != nullptr; }
+
+void op_dequantize(Context& c, uint32_t type, const Buffer& w, Buffer& out, uint32_t rows, uint32_t K) {
+    dequant_rows(c, type, w, w, false, out, rows, K);
+}
+
+void op_embed(Context& c, uint32_t type, const Buffer& table, const Buffer& ids, Buffer& out, uint32_t T, uint32_t K) {
+    dequant_rows(c, type, table, ids, true, out, T, K);
+}
+
+LinearKernel linear_kernel_for(uint32_t T) { return T <= kMatVecCols ? LinearKernel::MatVec : LinearKernel::Tiled; }
+
+void op_linear(Context& c, uint32_t type, const Buffer& w, const Buffer& x, Buffer& y, uint32_t T, uint32_t N,
+               uint32_t K, LinearKernel kernel) {
+    if (kernel == LinearKernel::Auto) kernel = linear_kernel_for(T);
+    const uint32_t rb = row_bytes(type, K);
+    uint32_t gx, gy;
+    if (kernel == LinearKernel::MatVec) {
+        if (T > kMatVecCols)
+            throw std::invalid_argument("Vulkan linear: the matrix-vector kernel takes at most " +
+                                        std::to_string(kMatVecCols) + " tokens, got " + std::to_string(T));
+        struct {
+            uint32_t N, K, T, row_bytes;
+        } push{N, K, T, rb};
+        const Pipeline& p = c.pipeline(kernel_name("linear_matvec", type), 3, sizeof(push), {kMatVecGroup});
+        spread(c, (N + kMatVecRows - 1) / kMatVecRows, &gx, &gy);
+        c.dispatch(p, {&w, &x, &y}, &push, gx, gy);
+        return;
+    }
+    struct {
+        uint32_t N, K, T, row_bytes, tiles_n;
+    } push{N, K, T, rb, (N + kTile - 1) / kTile};
+    const Pipeline& p = c.pipeline(kernel_name("linear_tiled", type), 3, sizeof(push));
+    spread(c, (uint64_t)push.tiles_n * ((T + kTile - 1) / kTile), &gx, &gy);
+    c.dispatch(p, {&w, &x, &y}, &push, gx, gy);
+}
+
+}  // namespace lll::vk
+#endif  // LOCALLLM_HAVE_VULKAN
