@@ -20,11 +20,12 @@ endif()
 message(STATUS "localllm: Vulkan backend ${LOCALLLM_WITH_VULKAN}")
 if(LOCALLLM_WITH_VULKAN)
   add_subdirectory(${CMAKE_SOURCE_DIR}/vulkan ${CMAKE_BINARY_DIR}/vulkan)   # the shaders
-  target_include_directories(localllm_core PUBLIC ${LOCALLLM_VULKAN_INCLUDE_DIR})
-  target_compile_definitions(localllm_core PUBLIC LOCALLLM_HAVE_VULKAN=1)
+  # Only this folder's files (host side, product bindings, op harness) see Vulkan.
+  file(GLOB_RECURSE vulkan_host_sources ${CMAKE_CURRENT_LIST_DIR}/*.cpp)
+  set_property(SOURCE ${vulkan_host_sources} APPEND PROPERTY COMPILE_DEFINITIONS LOCALLLM_HAVE_VULKAN=1)
+  set_property(SOURCE ${vulkan_host_sources} APPEND PROPERTY INCLUDE_DIRECTORIES ${LOCALLLM_VULKAN_INCLUDE_DIR})
   # Vulkan structs are written `VkFooInfo info{VK_STRUCTURE_TYPE_FOO_INFO};`: the members not named
   # are zero, which is what the API wants, and what GCC's -Wextra would flag on every one.
-  file(GLOB_RECURSE vulkan_host_sources ${CMAKE_CURRENT_LIST_DIR}/*.cpp)
   set_property(SOURCE ${vulkan_host_sources} APPEND PROPERTY COMPILE_OPTIONS -Wno-missing-field-initializers)
   target_link_libraries(localllm_core PUBLIC ${CMAKE_DL_LIBS})
 endif()
