@@ -110,7 +110,7 @@ def worker_llamacpp(path: str, threads: int, ns: list[int], n_prompt: int, n_gen
         ctx = L.llama_init_from_model(model, cp)
         batch = L.llama_batch_init(max(n * n_prompt, n), 0, n)
 
-        def decode(entries):   # entries: (token, pos, seq, wants_logits)
+        def decode(entries, batch=batch, ctx=ctx):   # entries: (token, pos, seq, wants_logits)
             batch.n_tokens = len(entries)
             for i, (t, p, s, lg) in enumerate(entries):
                 batch.token[i], batch.pos[i], batch.n_seq_id[i] = t, p, 1
@@ -118,7 +118,7 @@ def worker_llamacpp(path: str, threads: int, ns: list[int], n_prompt: int, n_gen
             if L.llama_decode(ctx, batch) != 0:
                 raise RuntimeError("llama_decode failed")
 
-        def argmax(i):
+        def argmax(i, ctx=ctx):
             return int(np.ctypeslib.as_array(L.llama_get_logits_ith(ctx, i), shape=(n_vocab,)).argmax())
 
         decode([(t, p, 0, True) for p, t in enumerate([1, 2, 3, 4])])           # warm-up

@@ -72,9 +72,13 @@ def worker_llamacpp(path: str, threads: int, n_prompt: int, n_gen: int) -> dict:
 
     decode([0], 0)
     out = {"load_s": time.perf_counter() - t0}
-    clear(); decode(_rand_tokens(16, n_vocab, 1), 0); clear()              # warm-up
+    clear()
+    decode(_rand_tokens(16, n_vocab, 1), 0)              # warm-up
+    clear()
     toks = _rand_tokens(n_prompt, n_vocab, 2)
-    t0 = time.perf_counter_ns(); decode(toks, 0); out["pp_ns"] = time.perf_counter_ns() - t0
+    t0 = time.perf_counter_ns()
+    decode(toks, 0)
+    out["pp_ns"] = time.perf_counter_ns() - t0
     clear()
     toks = _rand_tokens(n_gen, n_vocab, 3)
     t0 = time.perf_counter_ns()
@@ -164,7 +168,7 @@ def main() -> int:
         path = str(hub.resolve_model(name))
         runs = {"llamacpp": [], "localllm": []}
         nbytes = bytes_per_token(path)
-        for rep in range(args.repetitions):
+        for _ in range(args.repetitions):
             for engine in ("llamacpp", "localllm"):
                 # The host's bandwidth drifts by +-20% over minutes: each worker's decode is set
                 # against the bandwidth read just before and just after it.

@@ -61,7 +61,7 @@ def llamacpp_gflops(types: list[str]) -> dict[str, float]:
                          capture_output=True, text=True, check=True).stdout
     found = {}
     for line in re.sub(r"\x1b\[[0-9;]*m", "", out).splitlines():
-        m = re.search(r"MUL_MAT\(type_a=(\w+),type_b=f32,m=%d,n=%d,k=%d,.*?([\d.]+) GFLOPS" % (N, M, K), line)
+        m = re.search(rf"MUL_MAT\(type_a=(\w+),type_b=f32,m={N},n={M},k={K},.*?([\d.]+) GFLOPS", line)
         if m:
             found[m.group(1)] = float(m.group(2))
     return found

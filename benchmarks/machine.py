@@ -20,7 +20,7 @@ def cpu_model() -> str:
 
 
 def localllm_isa() -> str:
-    from localllm import _core, _harness
+    from localllm import _core
     names = {0: "scalar", 1: "AVX2", 2: "AVX-512 VNNI"}
     isa = names[_core.best_isa()]
     if _core.amx_available():
@@ -48,7 +48,7 @@ def llamacpp_isa(venv_python: str) -> str:
 
 
 def describe(threads: int, venv_python: str | None = None, read_bw_gbs: float | None = None) -> dict:
-    from localllm import _core, _harness
+    from localllm import _harness
     if read_bw_gbs is None:
         read_bw_gbs = max(_harness.read_bandwidth(1 << 30, threads) for _ in range(3))
     out = {"cpu": cpu_model(), "localllm_isa": localllm_isa(), "threads": threads,

@@ -33,7 +33,7 @@ class LiveServer:
         self.log = log            # the server's output goes there (read it with log_text), else a pipe
         self.proc: subprocess.Popen | None = None
 
-    def __enter__(self) -> "LiveServer":
+    def __enter__(self) -> LiveServer:
         env = package_env()
         out = open(self.log, "w") if self.log is not None else subprocess.PIPE
         self.proc = subprocess.Popen(self.cmd, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)

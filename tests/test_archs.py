@@ -7,7 +7,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import torch
 import transformers  # noqa: F401  (the test extra; a missing one fails collection)
 
 import gguf  # noqa: E402

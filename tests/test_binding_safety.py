@@ -6,17 +6,14 @@ Hypothesis draws the arguments; each function's examples run in a subprocess (a 
 fails this test with the call that caused it instead of killing pytest)."""
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
 import localllm
-from localllm import _core
 
 # Module functions and the methods of objects a caller can build, with their arity. Benchmarks'
 # own loops (read_bandwidth, threadpool_dispatch_ns) take sizes too: they are held to the same rule.

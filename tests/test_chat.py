@@ -16,7 +16,7 @@ from localllm.text.chat import (CHATML_TEMPLATE, GEMMA_TEMPLATE, ChatTemplateErr
 USER = [{"role": "user", "content": "hi"}]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def file_chat_setup(key: str) -> tuple[str | None, str, str, str]:
     """(chat template or None, bos text, eos text, architecture) from the model file."""
     meta = GGUFFile(str(model_file(key))).metadata

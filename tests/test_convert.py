@@ -68,7 +68,6 @@ RANDOM_INIT_STD = 0.08
 
 def _recipe_key(recipe: dict) -> str:
     import torch
-    import transformers
     full = {**recipe, "fixture_version": FIXTURE_VERSION, "torch": torch.__version__,
             "transformers": transformers.__version__}
     return hashlib.sha256(json.dumps(full, sort_keys=True).encode()).hexdigest()[:16]

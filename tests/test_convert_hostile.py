@@ -3,7 +3,6 @@ end in a CheckpointError naming the problem (or a clean exit), never a traceback
 temporary file."""
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -42,7 +41,7 @@ def test_architectures_not_a_list_of_names(tmp_path, archs):
     ckpt = Checkpoint.__new__(Checkpoint)
     ckpt.config = {"architectures": archs}
     with pytest.raises(CheckpointError, match="'architectures' must be a list of names"):
-        ckpt.architecture
+        _ = ckpt.architecture
 
 
 def test_config_json_not_utf8(tmp_path):

@@ -25,7 +25,7 @@ def _field(r: gguf.GGUFReader, suffix: str, default=None):
     return default
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _file_facts(path) -> tuple:
     r = gguf.GGUFReader(str(path))
     n_layer = _field(r, ".block_count")

@@ -1,7 +1,8 @@
 """The KV block pool, step by step: the pool's state is asserted after every operation."""
+import numpy as np
 import pytest
 
-from localllm.engine.kv_blocks import NULL_BLOCK, BlockPool, BlockTable, OutOfBlocks
+from localllm.engine.kv_blocks import NULL_BLOCK, BlockPool, BlockTable, OutOfBlocks, prefix_keys
 
 
 def test_allocate_release_free_list_order():
@@ -61,10 +62,6 @@ def test_bad_pool_sizes():
 
 
 # ---- prefix cache, fork, copy-on-write, eviction, preemption ----
-
-import numpy as np
-
-from localllm.engine.kv_blocks import prefix_keys
 
 
 class SlotStore:

@@ -16,7 +16,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import torch
 import transformers  # noqa: F401  (the test extra; a missing one fails collection)
 
 import gguf  # noqa: E402

@@ -172,7 +172,7 @@ def test_random_workload_keeps_invariants_and_leaves_no_blocks():
     d = Driver(n_blocks=24, block_size=4, max_batch_tokens=24, max_running=6)
     shared = [rng.randrange(1, 50) for _ in range(12)]
     live = []
-    for step in range(400):
+    for _ in range(400):
         if rng.random() < 0.3 and len(d.done) + len(live) < 120:
             prompt = (shared[:rng.randrange(0, 13)] if rng.random() < 0.5 else []) + \
                 [rng.randrange(1, 50) for _ in range(rng.randrange(1, 30))]

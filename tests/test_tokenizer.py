@@ -27,12 +27,12 @@ def gguf_metadata(path) -> dict[str, Any]:
     return dict(GGUFFile(str(path)).metadata)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def metadata(model_key: str) -> dict[str, Any]:
     return gguf_metadata(model_file(model_key))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def tokenizer(model_key: str) -> Tokenizer:
     return Tokenizer.from_gguf_metadata(metadata(model_key))
 

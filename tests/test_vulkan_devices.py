@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from localllm import _core, _harness
+from localllm import _core
 from vulkan_support import vulkan_device
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

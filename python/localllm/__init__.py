@@ -16,7 +16,7 @@ import sys as _sys
 if "numpy" not in _sys.modules:
     _os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from . import _core  # noqa: E402
+from . import _core  # noqa: E402, F401  (loads the native core first)
 from .text.chat import ChatTemplateError, render_chat
 from .gguf import GGUFError, GGUFFile, model_summary
 from .hub import DEFAULT_MODEL, KNOWN_MODELS, ModelNotFoundError, pull

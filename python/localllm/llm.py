@@ -400,7 +400,7 @@ class LLM:
         return GenerationResult("".join(pieces), run.token_ids, run.finish_reason, run.prompt_ids,
                                 run.timings, logprobs if run.wants_logprobs else None)
 
-    def stream(self, prompt: Prompt | EngineRequest, **sampling) -> "TextStream":
+    def stream(self, prompt: Prompt | EngineRequest, **sampling) -> TextStream:
         """Iterate over the completion's text as it is generated (complete UTF-8 characters only).
 
         The returned `TextStream` also carries `.token_ids`, `.finish_reason` and `.timings`;
@@ -435,7 +435,7 @@ class TextStream:
         self._steps = steps
         self._run = run
 
-    def __iter__(self) -> "TextStream":
+    def __iter__(self) -> TextStream:
         return self
 
     def __next__(self) -> str:

@@ -159,7 +159,7 @@ def perplexity(path: str, n_ctx: int, cache_k: str = "f16", cache_v: str = "f16"
                 batch.seq_id[j][0], batch.logits[j] = s, 1
             if L.llama_decode(ctx, batch) != 0:
                 raise RuntimeError("llama_decode failed")
-            for j, (t, p, s) in enumerate(part):
+            for j, (_, p, s) in enumerate(part):
                 if first <= p < n_ctx - 1:
                     row = np.ctypeslib.as_array(L.llama_get_logits_ith(ctx, j), shape=(n_vocab,)).astype(np.float64)
                     mx = row.max()

@@ -4,7 +4,6 @@ unmappable file); anything else is a finding."""
 from __future__ import annotations
 
 import struct
-import sys
 
 import atheris
 

@@ -11,7 +11,6 @@ nothing replaced (ids that spell invalid UTF-8 rightly give U+FFFD); ids outside
 raise ValueError."""
 from __future__ import annotations
 
-import sys
 
 import atheris
 

@@ -61,7 +61,7 @@ class HParams:
     rms_eps: float
 
 
-REGISTRY: dict[str, type["ArchConverter"]] = {}
+REGISTRY: dict[str, type[ArchConverter]] = {}
 
 
 def register(*hf_names: str):
@@ -110,7 +110,7 @@ def supported_architectures() -> list[str]:
     return sorted(REGISTRY)
 
 
-def converter_for(checkpoint: Checkpoint) -> "ArchConverter":
+def converter_for(checkpoint: Checkpoint) -> ArchConverter:
     """The converter for a checkpoint's architecture (ValueError naming the supported ones)."""
     arch = checkpoint.architecture
     if arch not in REGISTRY:

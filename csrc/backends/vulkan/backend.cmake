@@ -23,7 +23,9 @@ if(LOCALLLM_WITH_VULKAN)
   # Only this folder's files (host side, product bindings, op harness) see Vulkan.
   file(GLOB_RECURSE vulkan_host_sources ${CMAKE_CURRENT_LIST_DIR}/*.cpp)
   set_property(SOURCE ${vulkan_host_sources} APPEND PROPERTY COMPILE_DEFINITIONS LOCALLLM_HAVE_VULKAN=1)
-  set_property(SOURCE ${vulkan_host_sources} APPEND PROPERTY INCLUDE_DIRECTORIES ${LOCALLLM_VULKAN_INCLUDE_DIR})
+  if(NOT LOCALLLM_VULKAN_INCLUDE_DIR IN_LIST CMAKE_CXX_IMPLICIT_INCLUDE_DIRECTORIES)   # e.g. an SDK's
+    set_property(SOURCE ${vulkan_host_sources} APPEND PROPERTY INCLUDE_DIRECTORIES ${LOCALLLM_VULKAN_INCLUDE_DIR})
+  endif()
   # Vulkan structs are written `VkFooInfo info{VK_STRUCTURE_TYPE_FOO_INFO};`: the members not named
   # are zero, which is what the API wants, and what GCC's -Wextra would flag on every one.
   set_property(SOURCE ${vulkan_host_sources} APPEND PROPERTY COMPILE_OPTIONS -Wno-missing-field-initializers)

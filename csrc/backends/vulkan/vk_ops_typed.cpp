@@ -5,7 +5,7 @@
 #include <stdexcept>
 
 #include "backends/vulkan/vk_ops.h"
-#include "blocks.h"
+#include "common/blocks.h"
 
 namespace lll::vk {
 

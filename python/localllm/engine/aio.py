@@ -55,7 +55,7 @@ class _Dispatcher:
             queue.put_nowait(item)
 
 
-_dispatchers: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Dispatcher]" = weakref.WeakKeyDictionary()
+_dispatchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Dispatcher] = weakref.WeakKeyDictionary()
 
 
 def _dispatcher(loop: asyncio.AbstractEventLoop) -> _Dispatcher:
@@ -119,7 +119,7 @@ class RequestGroup:
             for rid in self.request_ids:
                 self.engine.abort(rid, wait=False)
 
-    async def __aenter__(self) -> "RequestGroup":
+    async def __aenter__(self) -> RequestGroup:
         return self
 
     async def __aexit__(self, *exc) -> None:

@@ -315,7 +315,7 @@ class BlockTable:
             self.pool.release(self.blocks.pop())
         self.n_registered = min(self.n_registered, len(self.blocks))
 
-    def fork(self) -> "BlockTable":
+    def fork(self) -> BlockTable:
         """A second table sharing every block (e.g. two continuations of one prompt)."""
         for block in self.blocks:
             self.pool.share(block)

@@ -56,7 +56,7 @@ class Tokenizer:
         self.chat_template: str | None = None
 
     @classmethod
-    def from_gguf_metadata(cls, meta: Mapping[str, Any]) -> "Tokenizer":
+    def from_gguf_metadata(cls, meta: Mapping[str, Any]) -> Tokenizer:
         """Build from GGUF metadata (key -> value; arrays as lists or numpy arrays)."""
         if not isinstance(meta, Mapping):
             raise TypeError(f"meta must be a mapping of GGUF keys, got {type(meta).__name__}")
