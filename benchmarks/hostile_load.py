@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 REFERENCES = [{"prompt": f"Story {i}: a tale about {topic}.", "max_tokens": 24, "seed": 100 + i, "temperature": 0.8}
               for i, topic in enumerate(["the sea", "a robot", "winter", "coffee", "a key", "the moon", "trains",
@@ -51,14 +52,12 @@ def rss(pid: int) -> int:
 
 
 def metrics(url: str) -> dict[str, float]:
-    out = {}
+    """The server's unlabelled /metrics samples (name -> value), read by prometheus_client's parser."""
     # A generous timeout: on a loaded 2-core machine the 64 clients, the server and this sampler
     # share the cores, and a slow sample is not what the run measures.
-    for line in httpx.get(f"{url}/metrics", timeout=60).text.splitlines():
-        if line and not line.startswith("#"):
-            name, value = line.rsplit(" ", 1)
-            out[name] = float(value)
-    return out
+    text = httpx.get(f"{url}/metrics", timeout=60).text
+    return {s.name: s.value for family in text_string_to_metric_families(text) for s in family.samples
+            if not s.labels}
 
 
 class Load:

@@ -14,6 +14,10 @@ from conftest import package_env
 
 REPO = Path(__file__).resolve().parent.parent
 
+CHAT = "/v1/chat/completions"          # the OpenAI paths the server tests call
+COMPL = "/v1/completions"
+MSGS = [{"role": "user", "content": "Hi"}]   # the shortest chat
+
 
 def free_port() -> int:
     with socket.socket() as s:

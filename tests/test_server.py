@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 
 import httpx
+import openai
 import pytest
 
 from conftest import model_file
 from localllm import LLM
 from serving import LiveServer
 
-openai = pytest.importorskip("openai")
 
 KEY = "smollm2-135m-q4_1"
 CTX = 1024

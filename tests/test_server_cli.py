@@ -6,12 +6,12 @@ import subprocess
 import sys
 
 import httpx
+import openai
 import pytest
 
 from conftest import model_file, package_env
 from serving import LiveServer, free_port
 
-openai = pytest.importorskip("openai")
 
 KEY = "smollm2-135m-q4_1"
 

@@ -6,19 +6,16 @@ from __future__ import annotations
 import concurrent.futures as cf
 
 import httpx
+import openai
 import pytest
 
 from conftest import model_file
-from serving import LiveServer
+from serving import CHAT, COMPL, MSGS, LiveServer
 
-openai = pytest.importorskip("openai")
 
 KEY = "smollm2-135m-q4_1"
 CTX = 256
 MODEL = model_file(KEY).stem
-CHAT = "/v1/chat/completions"
-COMPL = "/v1/completions"
-MSGS = [{"role": "user", "content": "Hi"}]
 
 
 @pytest.fixture(scope="module")

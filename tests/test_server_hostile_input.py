@@ -16,14 +16,11 @@ import pytest
 
 from conftest import model_file
 from localllm.sampling import StopMatcher
-from serving import LiveServer
+from serving import CHAT, COMPL, MSGS, LiveServer
 
 KEY = "smollm2-135m-q4_1"
 CTX = 512
 MODEL = model_file(KEY).stem
-CHAT = "/v1/chat/completions"
-COMPL = "/v1/completions"
-MSGS = [{"role": "user", "content": "Hi"}]
 PAGE = "http://localhost:3000"
 
 

@@ -7,13 +7,12 @@ from __future__ import annotations
 import asyncio
 import random
 
-import pytest
+import openai
 
 from conftest import model_file
 from localllm import LLM
 from serving import LiveServer
 
-openai = pytest.importorskip("openai")
 
 KEY = "smollm2-135m-q4_1"
 MODEL = model_file(KEY).stem
