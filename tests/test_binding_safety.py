@@ -1,4 +1,4 @@
-"""Binding safety: every `_core` function given hostile arguments — wrong dtypes, shapes and
+"""Binding safety: every `_core` and `_harness` function given hostile arguments — wrong dtypes, shapes and
 ranks, strides (non-contiguous views), read-only arrays, huge or negative sizes, NaN, None,
 strings — raises TypeError or ValueError, never crashes or hangs.
 
@@ -24,6 +24,10 @@ FUNCTIONS = {
     "swiglu": 3, "threadpool_dispatch_ns": 3, "type_info": 1, "vec_dot": 5, "vec_dot_isa": 2,
     "Model.forward": 6, "Model.copy_block": 2, "Sampler": 2, "GGUFFile.tensor_data": 1, "GGUFFile.get": 2,
 }
+# The Vulkan op harness, in builds with Vulkan (on a machine without a device they must refuse too).
+if localllm._core.vulkan_compiled:
+    FUNCTIONS.update({"vulkan_add": 3, "vulkan_scale": 3, "vulkan_glu": 4, "vulkan_dequantize": 5,
+                      "vulkan_embed": 6, "vulkan_linear": 7, "vulkan_rms_norm": 4, "vulkan_rope": 6})
 # Lookups by name keep Python's mapping convention: an absent name is a KeyError.
 LOOKUP_ERRORS = {"GGUFFile.tensor_data": "KeyError"}
 EXAMPLES = int(os.environ.get("LOCALLLM_BINDING_EXAMPLES", "150"))
@@ -32,7 +36,7 @@ PROBE = r'''
 import json, sys
 import numpy as np
 from hypothesis import HealthCheck, given, settings, strategies as st
-from localllm import _core, hub
+from localllm import _core, _harness, hub
 from localllm.gguf import GGUFFile
 
 name, arity, examples, model_path = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
@@ -44,7 +48,7 @@ elif name.startswith("GGUFFile."):
 elif name == "Sampler":
     target = _core.Sampler
 else:
-    target = getattr(_core, name)
+    target = getattr(_core, name) if hasattr(_core, name) else getattr(_harness, name)
 
 DTYPES = [np.float32, np.float64, np.float16, np.int32, np.int64, np.uint8, np.int8, np.bool_]
 SIZES = st.sampled_from([0, 1, 2, 3, 16, 31, 32, 256, -1, -2**31, 2**31 - 1, 2**31, 2**62, 2**63 - 1])
