@@ -24,8 +24,9 @@ FUNCTIONS = {
     "swiglu": 3, "threadpool_dispatch_ns": 3, "type_info": 1, "vec_dot": 5, "vec_dot_isa": 2,
     "Model.forward": 6, "Model.copy_block": 2, "Sampler": 2, "GGUFFile.tensor_data": 1, "GGUFFile.get": 2,
 }
-# The Vulkan op harness, in builds with Vulkan (on a machine without a device they must refuse too).
-if localllm._core.vulkan_compiled:
+# The Vulkan op harness, where it has a device to run on (the one tests/vulkan_support.py picks).
+_ALLOW_CPU = os.environ.get("LOCALLLM_VULKAN_ALLOW_CPU", "") not in ("", "0")
+if any(d["usable"] and (d["type"] != "cpu" or _ALLOW_CPU) for d in localllm._core.vulkan_devices()):
     FUNCTIONS.update({"vulkan_add": 3, "vulkan_scale": 3, "vulkan_glu": 4, "vulkan_dequantize": 5,
                       "vulkan_embed": 6, "vulkan_linear": 7, "vulkan_rms_norm": 4, "vulkan_rope": 6})
 # Lookups by name keep Python's mapping convention: an absent name is a KeyError.
