@@ -14,7 +14,7 @@ import harness
 
 with atheris.instrument_imports(include=harness.INSTRUMENTED):
     import jinja2.debug  # noqa: F401  (imported by Jinja on a template's first error: not during a render)
-    from localllm import chat
+    from localllm.text import chat
     from localllm.text.chat import ChatTemplateError, render_chat
 
 # (Jinja itself compiles and execs template code; those events are not an escape.)
