@@ -155,12 +155,22 @@ def test_vulkan_device_is_offered_by_the_registry():
         _core.set_offload_device("CPU")
 
 
-def test_tensor_over_the_one_buffer_limit_is_a_clear_error():
-    """Qwen2.5-Coder 0.5B's output.weight (138 MiB) is over lavapipe's 128 MiB storage-buffer
-    range: the load names the tensor and both sizes instead of failing in the driver."""
-    limit = next((d["max_storage_buffer_range"] for d in _core.vulkan_devices() if d["default"]), None)
-    if limit is None or limit >= 144643072:
-        pytest.skip("this device binds the whole tensor")
+def test_qwen_output_head_over_one_buffer_runs_in_row_windows():
+    """Qwen2.5-Coder 0.5B: q/k/v biases, and an output.weight (138 MiB) over lavapipe's 128 MiB
+    storage-buffer range, held as two row windows. -ngl 2 keeps the test short."""
     path = str(model_file("qwen2.5-coder-0.5b-q4_k_m"))
-    with pytest.raises(ValueError, match=r"output\.weight needs one buffer of 144643072 bytes, over the"):
-        LLM(path, n_ctx=64, n_gpu_layers="all", device="vulkan")
+    cpu = LLM(path, n_ctx=64, n_batch=16, device="cpu")
+    vk = LLM(path, n_ctx=64, n_batch=16, n_gpu_layers=2, device="vulkan")
+    agreement, margins = teacher_forced(cpu, vk, "def add(a, b):")
+    assert agreement >= 0.95 and all(m < 0.5 for m in margins), (agreement, margins)
+
+
+def test_gemma3_sliding_window_layers_on_vulkan():
+    """Gemma 3 270M's last 6 layers (five sliding-window layers and a global one, two rope bases,
+    GELU, q/k norms) and its tied 262k-row output head (row windows) on Vulkan. Its logits have
+    near ties (CPU top-1/top-2 margins of 0.1 on this text), so a flip there is a float difference."""
+    path = str(model_file("gemma3-270m-q4_k_m"))
+    cpu = LLM(path, n_ctx=64, n_batch=16, device="cpu")
+    vk = LLM(path, n_ctx=64, n_batch=16, n_gpu_layers=6, device="vulkan")
+    agreement, margins = teacher_forced(cpu, vk, "The capital of France is Paris, and")
+    assert agreement >= 0.75 and all(m < 0.5 for m in margins), (agreement, margins)

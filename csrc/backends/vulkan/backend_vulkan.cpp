@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -139,7 +140,18 @@ private:
 
     const HParams* hp_;
     std::shared_ptr<DeviceMemory> mem_;
-    std::vector<std::unique_ptr<Buffer>> weights_;          // one buffer per weight
+    std::vector<std::unique_ptr<Buffer>> weights_;          // one buffer per weight (or per row window)
+    // A matrix over one buffer's limit is held as row windows, each its own buffer; keyed by the
+    // address its WeightRef points at (the first window's).
+    struct RowWindow {
+        const void* data;
+        int64_t row0, rows;
+    };
+    std::map<const void*, std::vector<RowWindow>> windows_;
+    std::unique_ptr<Buffer> window_out_;                     // [T, rows] of one window, grown
+    void place_in_windows(WeightRef* w);
+    void linear_one(const WeightRef& w, vk::Buffer& bw, vk::Buffer& bx, vk::Buffer& by, int64_t T, int64_t N);
+    void linear_windows(const WeightRef& w, const std::vector<RowWindow>& ws, vk::Buffer& bx, vk::Buffer& by, int64_t T);
     std::vector<std::unique_ptr<Buffer>> act_;              // one buffer per ActScratch field
     std::unique_ptr<Buffer> logits_, tokens_buf_, positions_buf_, seq_buf_, rope_cs_[2], block_tables_;
     void *positions_ = nullptr, *seq_of_token_ = nullptr;
@@ -171,11 +183,32 @@ void VulkanBackend::place_weights(const std::vector<WeightRef*>& matrices, const
     for (WeightRef* w : all) {
         if (!w->present()) continue;
         if (w->repacked) throw std::logic_error("Vulkan backend: " + w->name + " was repacked for the CPU");
+        if (w->bytes() > mem_->ctx().max_buffer_bytes() && w->ne1 > 1) {
+            place_in_windows(w);
+            continue;
+        }
         std::unique_ptr<Buffer> b = alloc_checked(w->bytes(), MemKind::Weights, w->name);
         from_host(b->data(), w->data, w->bytes());   // synchronous: the source may be released next
         w->data = b->data();
         weights_.push_back(std::move(b));
     }
+}
+
+// Rows [row0, row0 + rows) of the matrix in one buffer each, as many rows as one buffer holds.
+void VulkanBackend::place_in_windows(WeightRef* w) {
+    const int64_t per = (int64_t)(mem_->ctx().max_buffer_bytes() / w->row_bytes);
+    if (per < 1) alloc_checked(w->row_bytes, MemKind::Weights, w->name + " (one row)");   // the error naming it
+    std::vector<RowWindow> ws;
+    for (int64_t r0 = 0; r0 < w->ne1; r0 += per) {
+        const int64_t rows = std::min(per, w->ne1 - r0);
+        std::unique_ptr<Buffer> b = alloc_checked((size_t)rows * w->row_bytes, MemKind::Weights,
+                                                  w->name + " rows " + std::to_string(r0) + "+" + std::to_string(rows));
+        from_host(b->data(), w->data + (size_t)r0 * w->row_bytes, (size_t)rows * w->row_bytes);
+        ws.push_back(RowWindow{b->data(), r0, rows});
+        weights_.push_back(std::move(b));
+    }
+    w->data = static_cast<const uint8_t*>(ws.front().data);
+    windows_[ws.front().data] = std::move(ws);
 }
 
 // One buffer per field, in layout_act_scratch's order and widths (their sum is act_scratch_floats).
@@ -238,26 +271,50 @@ bool VulkanBackend::matvec_chunks(int64_t T, int64_t N, int64_t K) const {
            mem_->ctx().bindable_offset(rows * (uint64_t)K) && mem_->ctx().bindable_offset(rows * (uint64_t)N);
 }
 
+void VulkanBackend::linear_one(const WeightRef& w, vk::Buffer& bw, vk::Buffer& bx, vk::Buffer& by, int64_t T,
+                               int64_t rows) {
+    const uint32_t N = u32(rows, "rows"), K = u32(w.ne0, "columns"), step = vk::kMatVecMaxTokens;
+    if (matvec_chunks(T, N, K)) {
+        for (uint32_t t0 = 0; t0 < (uint32_t)T; t0 += step) {
+            mem_->record();
+            vk::op_linear_rows(mem_->ctx(), (uint32_t)w.type, bw, vk::BufferRange{&bx, (uint64_t)t0 * K * 4},
+                               vk::BufferRange{&by, (uint64_t)t0 * N * 4}, std::min<uint32_t>(step, T - t0), N, K);
+        }
+    } else {
+        mem_->record();
+        vk::op_linear(mem_->ctx(), (uint32_t)w.type, bw, bx, by, u32(T, "tokens"), N, K);
+    }
+}
+
+// Each window's [T, rows] goes to window_out_, then into its columns of y (one copy region per token).
+void VulkanBackend::linear_windows(const WeightRef& w, const std::vector<RowWindow>& ws, vk::Buffer& bx,
+                                   vk::Buffer& by, int64_t T) {
+    int64_t widest = 0;
+    for (const RowWindow& r : ws) widest = std::max(widest, r.rows);
+    const size_t out_bytes = (size_t)(T * widest) * sizeof(float);
+    if (!window_out_ || window_out_->bytes() < out_bytes)
+        window_out_ = alloc_checked(out_bytes, MemKind::Scratch, "linear output of a row window");
+    vk::Buffer& tmp = buf(window_out_->data(), "row window output");
+    for (const RowWindow& r : ws) {
+        linear_one(w, buf(r.data, w.name.c_str()), bx, tmp, T, r.rows);
+        std::vector<VkBufferCopy> regions((size_t)T);
+        for (int64_t t = 0; t < T; ++t)
+            regions[t] = VkBufferCopy{(uint64_t)(t * r.rows) * 4, (uint64_t)(t * w.ne1 + r.row0) * 4, (uint64_t)r.rows * 4};
+        mem_->record();
+        mem_->ctx().copy_regions(tmp, by, regions);
+    }
+}
+
 void VulkanBackend::linear_group(const LinearOut* outs, int n, const float* x, int64_t T) {
     vk::Buffer& bx = buf(x, "linear input");
     for (int i = 0; i < n; ++i) {
         const WeightRef& w = *outs[i].w;
         vk::Buffer& by = buf(outs[i].y, "linear output");
-        vk::Buffer& bw = buf(w.data, w.name.c_str());
+        auto win = windows_.find(w.data);
+        if (win != windows_.end()) linear_windows(w, win->second, bx, by, T);
+        else linear_one(w, buf(w.data, w.name.c_str()), bx, by, T, w.ne1);
         const WeightRef* bias = outs[i].bias;
-        const bool has_bias = bias && bias->present();
-        const uint32_t N = u32(w.ne1, "rows"), K = u32(w.ne0, "columns"), step = vk::kMatVecMaxTokens;
-        if (matvec_chunks(T, N, K)) {
-            for (uint32_t t0 = 0; t0 < (uint32_t)T; t0 += step) {
-                mem_->record();
-                vk::op_linear_rows(mem_->ctx(), (uint32_t)w.type, bw, vk::BufferRange{&bx, (uint64_t)t0 * K * 4},
-                                   vk::BufferRange{&by, (uint64_t)t0 * N * 4}, std::min<uint32_t>(step, T - t0), N, K);
-            }
-        } else {
-            mem_->record();
-            vk::op_linear(mem_->ctx(), (uint32_t)w.type, bw, bx, by, u32(T, "tokens"), N, K);
-        }
-        if (has_bias) {
+        if (bias && bias->present()) {
             mem_->record();
             vk::op_add(mem_->ctx(), by, buf(bias->data, bias->name.c_str()), by, u32(T * w.ne1, "linear output"),
                        u32(w.ne1, "bias"));
@@ -323,6 +380,9 @@ void VulkanBackend::embed(const EmbeddingTable& table, const int32_t* tokens, in
                                     std::to_string(e.ne1) + ")");
     if (table.fd < 0) {
         if (e.placement != placement()) throw std::logic_error("Vulkan backend: the token embedding is not on this device");
+        if (windows_.count(e.data))
+            throw std::invalid_argument("Vulkan backend: " + e.name + " is held in row windows (over one buffer's "
+                                        "limit); the embedding gathers from one buffer: embed on the CPU");
         from_host(tokens_buf_->data(), tokens, (size_t)T * sizeof(int32_t));
         mem_->record();
         vk::op_embed(mem_->ctx(), (uint32_t)e.type, buf(e.data, e.name.c_str()), buf(tokens_buf_->data(), "token ids"),
@@ -344,21 +404,26 @@ void VulkanBackend::embed(const EmbeddingTable& table, const int32_t* tokens, in
 }
 
 // The wanted rows of x are gathered into h (one copy per run of consecutive rows), normed and
-// multiplied on the device; only the logits rows come back.
+// multiplied on the device, as many rows at a time as the logits buffer holds; only the logits
+// rows come back.
 void VulkanBackend::output_head(const float* x, const Batch& b, const WeightRef& norm, float eps, const WeightRef& out,
                                 float* logits_host) {
-    const int64_t D = out.ne0;
-    float* h = scratch_.h;   // [n_out, D]
-    for (int64_t r = 0; r < b.n_out;) {
-        int64_t n = 1;
-        while (r + n < b.n_out && b.output_rows[r + n] == b.output_rows[r] + n) ++n;
-        copy(h + r * D, x + (int64_t)b.output_rows[r] * D, (size_t)(n * D) * sizeof(float));
-        r += n;
+    const int64_t D = out.ne0, V = out.ne1;
+    const int64_t group = vulkan_logits_rows(*hp_, scratch_T_);
+    float* h = scratch_.h;                                       // [rows of this group, D]
+    float* logits = reinterpret_cast<float*>(logits_->data());   // [rows of this group, V]
+    for (int64_t g0 = 0; g0 < b.n_out; g0 += group) {
+        const int64_t g1 = std::min(b.n_out, g0 + group);
+        for (int64_t r = g0; r < g1;) {
+            int64_t n = 1;
+            while (r + n < g1 && b.output_rows[r + n] == b.output_rows[r] + n) ++n;
+            copy(h + (r - g0) * D, x + (int64_t)b.output_rows[r] * D, (size_t)(n * D) * sizeof(float));
+            r += n;
+        }
+        rms_norm(h, norm, h, g1 - g0, D, eps);
+        linear(out, h, g1 - g0, logits);
+        to_host(logits_host + g0 * V, logits, (size_t)((g1 - g0) * V) * sizeof(float));
     }
-    rms_norm(h, norm, h, b.n_out, D, eps);
-    float* logits = reinterpret_cast<float*>(logits_->data());   // [n_out, n_vocab]
-    linear(out, h, b.n_out, logits);
-    to_host(logits_host, logits, (size_t)(b.n_out * out.ne1) * sizeof(float));
 }
 
 }  // namespace

@@ -313,6 +313,15 @@ void Context::copy(const Buffer& src, uint64_t src_offset, Buffer& dst, uint64_t
     full_barrier(fns_, cmd_);
 }
 
+void Context::copy_regions(const Buffer& src, Buffer& dst, const std::vector<VkBufferCopy>& regions) {
+    if (!recording_) throw std::logic_error("Vulkan context: copy_regions() outside begin()/submit_and_wait()");
+    for (const VkBufferCopy& r : regions)
+        if (r.srcOffset + r.size > std::max<uint64_t>(src.size(), 4) || r.dstOffset + r.size > std::max<uint64_t>(dst.size(), 4))
+            throw std::out_of_range("Vulkan copy from '" + src.name() + "' to '" + dst.name() + "' runs past a buffer");
+    if (!regions.empty()) fns_.vkCmdCopyBuffer(cmd_, src.handle(), dst.handle(), (uint32_t)regions.size(), regions.data());
+    full_barrier(fns_, cmd_);
+}
+
 void Context::fill_zero(Buffer& dst, uint64_t offset, uint64_t bytes) {
     if (!recording_) throw std::logic_error("Vulkan context: fill_zero() outside begin()/submit_and_wait()");
     if (bytes) fns_.vkCmdFillBuffer(cmd_, dst.handle(), offset, bytes, 0u);

@@ -98,6 +98,8 @@ public:
     bool bindable_offset(uint64_t offset) const { return offset % info_.min_storage_offset_alignment == 0; }
     void copy(const Buffer& src, Buffer& dst, uint64_t bytes) { copy(src, 0, dst, 0, bytes); }
     void copy(const Buffer& src, uint64_t src_offset, Buffer& dst, uint64_t dst_offset, uint64_t bytes);
+    // Several (src offset, dst offset, bytes) regions in one command (a strided gather/scatter).
+    void copy_regions(const Buffer& src, Buffer& dst, const std::vector<VkBufferCopy>& regions);
     // Zeros `bytes` (a multiple of 4) of dst from byte `offset` (a multiple of 4).
     void fill_zero(Buffer& dst, uint64_t offset, uint64_t bytes);
     // Whether begin() was called and submit_and_wait() not yet.
