@@ -95,7 +95,9 @@ def plan_for(args: argparse.Namespace, path: str):
         raise ValueError(f"-c must be >= 1, got {args.ctx_size}")
     if args.batch_size < 1 or (args.kv_blocks is not None and args.kv_blocks < 1):
         raise ValueError("-b and --kv-blocks must be >= 1")
+    from localllm.llm import DEVICES
     dev = device_kwargs(args)
+    _core.set_offload_device(DEVICES[dev["device"]])   # the plan's bytes are that backend's
     footprint = _core.Footprint(path, args.numerics)
     gpu_free = args.gpu_free if args.gpu_free is not None else gpu_free_bytes()
     n_ctx = args.ctx_size or 4096

@@ -52,8 +52,10 @@ def add_device_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-ngl", "--n-gpu-layers", default=None, metavar="N|all|auto",
                    help="layers on the GPU, as llama.cpp's -ngl: the last N layers plus the output "
                         "head (default auto: as many as fit; 0 without a GPU)")
-    p.add_argument("--device", choices=["cpu", "auto"], default="auto",
-                   help="cpu: run on the CPU only (same as -ngl 0); auto (default): use -ngl")
+    p.add_argument("--device", choices=["cpu", "auto", "cuda", "vulkan"], default="auto",
+                   help="cpu: run on the CPU only (same as -ngl 0); auto (default): -ngl layers on a "
+                        "CUDA device, else a Vulkan GPU; cuda, vulkan: -ngl layers on that backend "
+                        "(vulkan includes a CPU implementation such as lavapipe)")
     p.add_argument("--gpu-margin", type=parse_size, default=None, metavar="SIZE",
                    help="GPU memory auto leaves free (default 1G)")
 
@@ -67,7 +69,7 @@ def device_kwargs(args: argparse.Namespace) -> dict:
             raise ValueError(f"--device cpu contradicts -ngl {args.n_gpu_layers}")
         ngl = 0
     margin = DEFAULT_GPU_MARGIN if args.gpu_margin is None else args.gpu_margin
-    return {"n_gpu_layers": ngl, "gpu_margin": margin}
+    return {"n_gpu_layers": ngl, "gpu_margin": margin, "device": args.device}
 
 
 def add_numerics_arg(p: argparse.ArgumentParser) -> None:

@@ -10,7 +10,8 @@
 // csrc/backends/<name>/register.cpp.
 #define LLL_BACKENDS(X) \
     X(cpu)              \
-    X(cuda)
+    X(cuda)             \
+    X(vulkan)
 
 namespace lll {
 
@@ -51,12 +52,28 @@ std::string backend_names() {
     return s;
 }
 
+namespace {
+std::string g_offload_device;   // set_offload_device's name, "" for the automatic choice
+}
+
+void set_offload_device(const std::string& name) {
+    if (!name.empty()) {
+        const Placement p = find_placement(name);
+        if (p.backend < 0 || backend_info(p).host)
+            throw std::invalid_argument("no device backend called '" + name + "' (known: " + backend_names() + ")");
+    }
+    g_offload_device = name;
+}
+
+const std::string& offload_device_named() { return g_offload_device; }
+
 Placement offload_placement() {
+    if (!g_offload_device.empty()) return find_placement(g_offload_device);
     const auto& all = backend_registry();
     int first_known = -1;
     for (size_t i = 0; i < all.size(); ++i) {
         if (all[i]->host) continue;
-        if (all[i]->compiled) return Placement{(int16_t)i, 0};
+        if (all[i]->compiled && all[i]->device_count() > 0) return Placement{(int16_t)i, 0};
         if (first_known < 0) first_known = (int)i;
     }
     if (first_known < 0) throw std::logic_error("no backend to offload layers to is registered");

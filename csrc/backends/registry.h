@@ -59,9 +59,15 @@ std::string backend_names();
 
 // Where layers run unless offloaded: the host (the CPU backend).
 constexpr Placement kHostPlacement{};
-// Where -ngl offloads layers to: the first non-host backend this build has, else the first
-// non-host one known (so that asking for it explains that this build lacks it).
+// Where -ngl offloads layers to: the backend set_offload_device named; else the first non-host
+// backend this build has with a device now (table order: CUDA before Vulkan), else the first
+// non-host one known (so that asking for it explains that this build lacks it or has no device).
 Placement offload_placement();
+// Names the backend -ngl offloads to ("" = the automatic choice above). Process-wide: read when
+// a model places its layers (the Python LLM sets it from device=). invalid_argument for a name
+// that is not a device backend.
+void set_offload_device(const std::string& name);
+const std::string& offload_device_named();
 
 // The backend of a placement; an error naming the cause where this build lacks it.
 std::unique_ptr<Backend> make_backend(Placement p, const BackendConfig& cfg);

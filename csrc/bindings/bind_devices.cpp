@@ -49,6 +49,12 @@ void register_devices(py::module_& m) {
             throw std::invalid_argument("device must be " + lll::backend_names() + ", not '" + device + "'");
         return lll::backend_compiled(p);
     }, py::arg("device"), ("Whether this build has the backend of a device (" + lll::backend_names() + ").").c_str());
+    m.def("set_offload_device", &lll::set_offload_device, py::arg("device"),
+          ("The device backend -ngl offloads to (" + lll::backend_names() +
+           "), or '' for the automatic choice (a backend with a device, CUDA first); process-wide, read when a "
+           "Model places its layers.").c_str());
+    m.def("offload_device", [] { return std::string(lll::placement_name(lll::offload_placement())); },
+          "The device backend -ngl offloads to now.");
     for (const lll::BackendInfo* b : lll::backend_registry())
         if (!b->host) bind_device_queries(m, *b);
 }

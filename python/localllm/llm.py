@@ -84,6 +84,8 @@ class _Run:
 
 
 NUMERICS = ("fast", "llama.cpp")
+# device= values and the registry backend each offloads to ("" = the automatic choice).
+DEVICES = {"auto": "", "cpu": "", "cuda": "CUDA", "vulkan": "Vulkan"}
 CACHE_TYPES = ("f16", "q8_0", "q4_0")    # llama.cpp's --cache-type-k / --cache-type-v names
 
 
@@ -115,6 +117,9 @@ class LLM:
             less gpu_margin; 0 without a GPU). 0 runs on the CPU only. A count > 0 on a build
             without a CUDA backend is an error.
         gpu_margin: bytes of GPU memory auto leaves free (default 1 GiB).
+        device: where n_gpu_layers go: "auto" (default: a CUDA device, else a Vulkan GPU),
+            "cuda", "vulkan" (a Vulkan CPU implementation such as lavapipe included), or "cpu"
+            (the same as n_gpu_layers=0). Process-wide: the last LLM made sets it.
         speculative: speculative decoding for every request (`localllm.engine.speculative`): a
             `SpecConfig`, or "ngram" (prompt lookup with the default sizes). Greedy output is
             exactly plain decoding's; sampled output has plain sampling's distribution.
@@ -132,7 +137,7 @@ class LLM:
                  numerics: str = "fast", n_gpu_layers: int | str | None = None,
                  gpu_margin: int = DEFAULT_GPU_MARGIN, speculative: SpecConfig | str | None = None,
                  draft_model: str | os.PathLike | None = None, cache_type_k: str = "f16",
-                 cache_type_v: str = "f16"):
+                 cache_type_v: str = "f16", device: str = "auto"):
         t0 = time.perf_counter()
         if numerics not in NUMERICS:
             raise ValueError(f"numerics must be one of {', '.join(NUMERICS)}, got {numerics!r}")
@@ -146,6 +151,14 @@ class LLM:
                 raise ValueError(f"a {'/'.join(self.cache_types)} KV cache runs on the CPU; "
                                  f"use n_gpu_layers=0 or cache types f16")
             n_gpu_layers = 0
+        if device not in DEVICES:
+            raise ValueError(f"device must be one of {', '.join(DEVICES)}, got {device!r}")
+        if device == "cpu":
+            if n_gpu_layers not in (None, "auto", 0, "0"):
+                raise ValueError(f"device='cpu' contradicts n_gpu_layers={n_gpu_layers!r}")
+            n_gpu_layers = 0
+        self.device = device
+        _core.set_offload_device(DEVICES[device])
         ctx_set = n_ctx is not None
         n_ctx = 4096 if n_ctx is None else n_ctx
         if n_ctx < 1:
@@ -202,8 +215,9 @@ class LLM:
         pool = None if kv_blocks is None else kv_blocks + 1                # + the null block
         gpu_free = gpu_free_bytes() if ngl != 0 else None
         if gpu_free is None and ngl not in (0, "auto"):
-            why = ("this build of localllm has no CUDA backend" if not _core.backend_compiled("CUDA")
-                   else "no CUDA device is visible")
+            dev = _core.offload_device()
+            why = (f"this build of localllm has no {dev} backend" if not _core.backend_compiled(dev)
+                   else f"no {dev} device is visible")
             raise ValueError(f"n_gpu_layers={ngl!r} needs a GPU, but {why}; use n_gpu_layers=0 "
                              f"(-ngl 0 or --device cpu)")
         if gpu_free is None:

@@ -54,18 +54,23 @@ class Plan:
     notes: list[str] = field(default_factory=list)
 
     @property
+    def gpu_device(self) -> str:
+        """The device the offloaded layers go to ("CUDA", "Vulkan"): the one that is not the CPU."""
+        return next((name for name in self.devices if name != "CPU"), "CUDA")
+
+    @property
     def fits(self) -> bool:
-        gpu = self.devices.get("CUDA")
+        gpu = self.devices.get(self.gpu_device)
         return gpu is None or self.gpu_budget is None or gpu.total <= self.gpu_budget
 
     def describe(self) -> str:
         if self.n_gpu_layers == 0:
             where = "CPU only"
         elif self.n_gpu_layers == self.n_layer:
-            where = "every layer and the output head on CUDA, the input embedding on the CPU"
+            where = f"every layer and the output head on {self.gpu_device}, the input embedding on the CPU"
         else:
             where = (f"layers {self.n_layer - self.n_gpu_layers}-{self.n_layer - 1} and the output "
-                     f"head on CUDA, the rest on the CPU")
+                     f"head on {self.gpu_device}, the rest on the CPU")
         lines = [f"n_gpu_layers {self.n_gpu_layers}/{self.n_layer} ({where}); context {self.n_ctx} "
                  f"tokens, {self.kv_blocks} KV blocks"]
         lines.append(f"{'device':<8}{'weights':>14}{'KV':>14}{'scratch':>14}{'total':>14}")
@@ -101,11 +106,18 @@ def kv_blocks_for(n_ctx: int, kv_block_size: int) -> int:
     return -(-n_ctx // kv_block_size) + 1
 
 
-def gpu_free_bytes() -> int | None:
-    """Free memory of the first GPU, or None where this build has no CUDA backend or no GPU."""
-    if not _core.backend_compiled("CUDA") or _core.cuda_device_count() == 0:
+def gpu_free_bytes(device: str | None = None) -> int | None:
+    """Free memory of the first device of a device backend ("CUDA", "Vulkan"; None: the one -ngl
+    offloads to, `_core.offload_device()`), or None where this build lacks that backend or the
+    machine a device of it. The queries are the registry's `<name>_device_count` and
+    `<name>_free_memory`."""
+    device = _core.offload_device() if device is None else device
+    if not _core.backend_compiled(device):
         return None
-    return int(_core.cuda_free_memory())
+    prefix = device.lower()
+    if getattr(_core, f"{prefix}_device_count")() == 0:
+        return None
+    return int(getattr(_core, f"{prefix}_free_memory")())
 
 
 def _bytes(footprint: FootprintFn, ngl: int, kv_blocks: int, kv_block_size: int,
@@ -178,7 +190,7 @@ def plan_layers(footprint: FootprintFn, n_layer: int, n_gpu_layers: NGpuLayers, 
     if p is None:
         p = make(layers, n_ctx)
         if not p.fits:
-            gpu = p.devices["CUDA"]
+            gpu = p.devices[p.gpu_device]
             p.notes.append(f"does not fit: the GPU needs {gpu.total:,} bytes (weights {gpu.weights:,}, "
                            f"KV {gpu.kv:,}, scratch {gpu.scratch:,}), {budget:,} available after the margin")
     return p

@@ -257,6 +257,13 @@ static void full_barrier(const DeviceFns& f, VkCommandBuffer cmd) {
 
 void Context::dispatch(const Pipeline& p, const std::vector<const Buffer*>& buffers, const void* push,
                        uint32_t gx, uint32_t gy, uint32_t gz) {
+    std::vector<BufferRange> ranges;
+    for (const Buffer* b : buffers) ranges.push_back(BufferRange{b, 0});
+    dispatch(p, ranges, push, gx, gy, gz);
+}
+
+void Context::dispatch(const Pipeline& p, const std::vector<BufferRange>& buffers, const void* push,
+                       uint32_t gx, uint32_t gy, uint32_t gz) {
     if (!recording_) throw std::logic_error("Vulkan context: dispatch() outside begin()/submit_and_wait()");
     if (buffers.size() != p.n_buffers) throw std::logic_error("Vulkan dispatch: wrong number of buffers");
     for (int i = 0; i < 3; ++i) {
@@ -275,7 +282,11 @@ void Context::dispatch(const Pipeline& p, const std::vector<const Buffer*>& buff
     std::vector<VkDescriptorBufferInfo> infos(buffers.size());
     std::vector<VkWriteDescriptorSet> writes(buffers.size());
     for (size_t i = 0; i < buffers.size(); ++i) {
-        infos[i] = {buffers[i]->handle(), 0, VK_WHOLE_SIZE};
+        const BufferRange& r = buffers[i];
+        if (!bindable_offset(r.offset) || r.offset > r.buffer->size())
+            throw std::logic_error("Vulkan dispatch: offset " + std::to_string(r.offset) + " into '" +
+                                   r.buffer->name() + "' is not bindable");
+        infos[i] = {r.buffer->handle(), r.offset, VK_WHOLE_SIZE};
         writes[i] = {VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
         writes[i].dstSet = set;
         writes[i].dstBinding = (uint32_t)i;
@@ -291,10 +302,29 @@ void Context::dispatch(const Pipeline& p, const std::vector<const Buffer*>& buff
     full_barrier(fns_, cmd_);
 }
 
-void Context::copy(const Buffer& src, Buffer& dst, uint64_t bytes) {
+void Context::copy(const Buffer& src, uint64_t src_offset, Buffer& dst, uint64_t dst_offset, uint64_t bytes) {
     if (!recording_) throw std::logic_error("Vulkan context: copy() outside begin()/submit_and_wait()");
-    VkBufferCopy region{0, 0, bytes};
+    if (src_offset + bytes > std::max<uint64_t>(src.size(), 4) || dst_offset + bytes > std::max<uint64_t>(dst.size(), 4))
+        throw std::out_of_range("Vulkan copy of " + std::to_string(bytes) + " bytes from '" + src.name() + "'+" +
+                                std::to_string(src_offset) + " to '" + dst.name() + "'+" + std::to_string(dst_offset) +
+                                " runs past a buffer");
+    VkBufferCopy region{src_offset, dst_offset, bytes};
     if (bytes) fns_.vkCmdCopyBuffer(cmd_, src.handle(), dst.handle(), 1, &region);
+    full_barrier(fns_, cmd_);
+}
+
+void Context::copy_regions(const Buffer& src, Buffer& dst, const std::vector<VkBufferCopy>& regions) {
+    if (!recording_) throw std::logic_error("Vulkan context: copy_regions() outside begin()/submit_and_wait()");
+    for (const VkBufferCopy& r : regions)
+        if (r.srcOffset + r.size > std::max<uint64_t>(src.size(), 4) || r.dstOffset + r.size > std::max<uint64_t>(dst.size(), 4))
+            throw std::out_of_range("Vulkan copy from '" + src.name() + "' to '" + dst.name() + "' runs past a buffer");
+    if (!regions.empty()) fns_.vkCmdCopyBuffer(cmd_, src.handle(), dst.handle(), (uint32_t)regions.size(), regions.data());
+    full_barrier(fns_, cmd_);
+}
+
+void Context::fill_zero(Buffer& dst, uint64_t offset, uint64_t bytes) {
+    if (!recording_) throw std::logic_error("Vulkan context: fill_zero() outside begin()/submit_and_wait()");
+    if (bytes) fns_.vkCmdFillBuffer(cmd_, dst.handle(), offset, bytes, 0u);
     full_barrier(fns_, cmd_);
 }
 

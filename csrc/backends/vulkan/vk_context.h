@@ -56,6 +56,12 @@ struct Pipeline {
     uint32_t n_buffers = 0, push_bytes = 0;
 };
 
+// A buffer bound from a byte offset to its end.
+struct BufferRange {
+    const Buffer* buffer;
+    uint64_t offset = 0;
+};
+
 class Context {
 public:
     explicit Context(int device_index);
@@ -85,7 +91,19 @@ public:
     void begin();
     void dispatch(const Pipeline& p, const std::vector<const Buffer*>& buffers, const void* push,
                   uint32_t groups_x, uint32_t groups_y = 1, uint32_t groups_z = 1);
-    void copy(const Buffer& src, Buffer& dst, uint64_t bytes);
+    // The same with each buffer bound from a byte offset (a multiple of the device's
+    // min_storage_offset_alignment: bindable_offset).
+    void dispatch(const Pipeline& p, const std::vector<BufferRange>& buffers, const void* push,
+                  uint32_t groups_x, uint32_t groups_y = 1, uint32_t groups_z = 1);
+    bool bindable_offset(uint64_t offset) const { return offset % info_.min_storage_offset_alignment == 0; }
+    void copy(const Buffer& src, Buffer& dst, uint64_t bytes) { copy(src, 0, dst, 0, bytes); }
+    void copy(const Buffer& src, uint64_t src_offset, Buffer& dst, uint64_t dst_offset, uint64_t bytes);
+    // Several (src offset, dst offset, bytes) regions in one command (a strided gather/scatter).
+    void copy_regions(const Buffer& src, Buffer& dst, const std::vector<VkBufferCopy>& regions);
+    // Zeros `bytes` (a multiple of 4) of dst from byte `offset` (a multiple of 4).
+    void fill_zero(Buffer& dst, uint64_t offset, uint64_t bytes);
+    // Whether begin() was called and submit_and_wait() not yet.
+    bool recording() const { return recording_; }
     // Waits at most LOCALLLM_VULKAN_TIMEOUT_S seconds (default 120): a timeout or a lost device
     // is an error, and the context refuses further work.
     void submit_and_wait();

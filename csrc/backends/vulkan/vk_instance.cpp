@@ -131,6 +131,7 @@ DeviceInfo describe(const InstanceFns& f, VkPhysicalDevice pd) {
     d.device_id = p.deviceID;
     d.api_version = p.apiVersion;
     d.max_storage_buffer_range = p.limits.maxStorageBufferRange;
+    d.min_storage_offset_alignment = p.limits.minStorageBufferOffsetAlignment;
     for (int i = 0; i < 3; ++i) d.max_workgroup_count[i] = p.limits.maxComputeWorkGroupCount[i];
     d.max_shared_bytes = p.limits.maxComputeSharedMemorySize;
     d.max_workgroup_invocations = p.limits.maxComputeWorkGroupInvocations;

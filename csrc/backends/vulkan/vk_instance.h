@@ -27,6 +27,7 @@ struct DeviceInfo {
     bool fp16 = false, int8 = false, storage_8bit = false, storage_16bit = false;
     bool integer_dot_product = false, cooperative_matrix = false;
     uint64_t max_storage_buffer_range = 0, max_allocation_bytes = 0;
+    uint64_t min_storage_offset_alignment = 256;   // a bound buffer's offset must be a multiple
     uint32_t max_workgroup_count[3] = {0, 0, 0};
     uint32_t max_shared_bytes = 0, max_workgroup_invocations = 0;
     bool usable = false;          // meets what our kernels need (1.1, subgroup arithmetic)

@@ -76,6 +76,7 @@ namespace lll::vk {
     X(vkCmdDispatch)                        \
     X(vkCmdPipelineBarrier)                 \
     X(vkCmdCopyBuffer)                      \
+    X(vkCmdFillBuffer)                      \
     X(vkCreateFence)                        \
     X(vkDestroyFence)                       \
     X(vkResetFences)                        \

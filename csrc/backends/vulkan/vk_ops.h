@@ -27,8 +27,36 @@ void op_embed(Context& c, uint32_t type, const Buffer& table, const Buffer& ids,
 enum class LinearKernel { Auto, MatVec, Tiled };
 void op_linear(Context& c, uint32_t type, const Buffer& w, const Buffer& x, Buffer& y, uint32_t T, uint32_t N,
                uint32_t K, LinearKernel kernel = LinearKernel::Auto);
+constexpr uint32_t kMatVecMaxTokens = 4;   // MAX_COLS in linear_matvec.comp
+// The matrix-vector kernel on up to 4 tokens of x and y bound from byte offsets (multiples of the
+// device's alignment: Context::bindable_offset): a batch taken a few rows at a time.
+void op_linear_rows(Context& c, uint32_t type, const Buffer& w, BufferRange x, BufferRange y, uint32_t T, uint32_t N,
+                    uint32_t K);
 // The kernel Auto picks for T tokens.
 LinearKernel linear_kernel_for(uint32_t T);
+
+// One layer's paged F16 cache on the device (model/kv_cache.h, slot-major rows): K from byte 0 of
+// `cache`, V from byte v_offset; and the batch's addressing, int32 buffers on the device.
+struct KVLayerView {
+    Buffer* cache;
+    uint64_t v_offset;
+    uint32_t kv_width, block_size;
+};
+struct BatchView {
+    const Buffer *positions, *seq_of_token, *block_tables;
+    uint32_t T, max_blocks;
+};
+// k, v [T, kv_width] (F32) rounded to F16 into each token's slot (block_tables[seq][pos / block_size]).
+void op_kv_write(Context& c, const KVLayerView& kv, const Buffer& k, const Buffer& v, const BatchView& b);
+// out[T, n_head * head_dim] = softmax(scale q.K^T) V per query head over the keys of positions
+// [max(0, pos - window + 1), pos] of the token's sequence (window 0: from 0); scores through
+// tanh(s / softcap) * softcap when softcap > 0. head_dim even and at most 256.
+struct AttentionShape {
+    uint32_t n_head, n_head_kv, head_dim, window;
+    float scale, softcap;
+};
+void op_attention(Context& c, const KVLayerView& kv, const Buffer& q, Buffer& out, const BatchView& b,
+                  const AttentionShape& s);
 
 // Whether the typed kernels exist for this ggml type id.
 bool vulkan_supports_type(uint32_t type);

@@ -14,7 +14,7 @@ namespace {
 constexpr uint32_t kDequantGroup = 64;
 constexpr uint32_t kMatVecGroup = 128;
 constexpr uint32_t kMatVecRows = 2;     // NUM_ROWS in linear_matvec.comp
-constexpr uint32_t kMatVecCols = 4;     // MAX_COLS in linear_matvec.comp
+constexpr uint32_t kMatVecCols = kMatVecMaxTokens;
 constexpr uint32_t kTile = 64;          // BM = BN in linear_tiled.comp
 
 // The kernel-name suffix of a block type ("q4_k"), or nullptr when the shaders lack it.
@@ -87,6 +87,20 @@ void op_embed(Context& c, uint32_t type, const Buffer& table, const Buffer& ids,
     dequant_rows(c, type, table, ids, true, out, T, K);
 }
 
+void op_linear_rows(Context& c, uint32_t type, const Buffer& w, BufferRange x, BufferRange y, uint32_t T, uint32_t N,
+                    uint32_t K) {
+    if (T > kMatVecCols)
+        throw std::invalid_argument("Vulkan linear: the matrix-vector kernel takes at most " +
+                                    std::to_string(kMatVecCols) + " tokens, got " + std::to_string(T));
+    struct {
+        uint32_t N, K, T, row_bytes;
+    } push{N, K, T, row_bytes(type, K)};
+    const Pipeline& p = c.pipeline(kernel_name("linear_matvec", type), 3, sizeof(push), {kMatVecGroup});
+    uint32_t gx, gy;
+    spread(c, (N + kMatVecRows - 1) / kMatVecRows, &gx, &gy);
+    c.dispatch(p, {BufferRange{&w, 0}, x, y}, &push, gx, gy);
+}
+
 LinearKernel linear_kernel_for(uint32_t T) { return T <= kMatVecCols ? LinearKernel::MatVec : LinearKernel::Tiled; }
 
 void op_linear(Context& c, uint32_t type, const Buffer& w, const Buffer& x, Buffer& y, uint32_t T, uint32_t N,
@@ -95,15 +109,7 @@ void op_linear(Context& c, uint32_t type, const Buffer& w, const Buffer& x, Buff
     const uint32_t rb = row_bytes(type, K);
     uint32_t gx, gy;
     if (kernel == LinearKernel::MatVec) {
-        if (T > kMatVecCols)
-            throw std::invalid_argument("Vulkan linear: the matrix-vector kernel takes at most " +
-                                        std::to_string(kMatVecCols) + " tokens, got " + std::to_string(T));
-        struct {
-            uint32_t N, K, T, row_bytes;
-        } push{N, K, T, rb};
-        const Pipeline& p = c.pipeline(kernel_name("linear_matvec", type), 3, sizeof(push), {kMatVecGroup});
-        spread(c, (N + kMatVecRows - 1) / kMatVecRows, &gx, &gy);
-        c.dispatch(p, {&w, &x, &y}, &push, gx, gy);
+        op_linear_rows(c, type, w, BufferRange{&x, 0}, BufferRange{&y, 0}, T, N, K);
         return;
     }
     struct {

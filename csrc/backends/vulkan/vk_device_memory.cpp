@@ -1,0 +1,109 @@
+// vk_device_memory.cpp — see vk_device_memory.h.
+#ifdef LOCALLLM_HAVE_VULKAN
+#include "backends/vulkan/vk_device_memory.h"
+
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace lll::vk {
+
+namespace {
+
+// Leaves the last descriptor sets of the pool (vk_context.cpp: 1024 per submission) unused.
+constexpr uint32_t kDispatchesPerSubmit = 1000;
+
+std::string hex(const void* p) {
+    char buf[32];
+    snprintf(buf, sizeof buf, "%p", p);
+    return buf;
+}
+
+}  // namespace
+
+Buffer& DeviceMemory::find(const void* p, uint64_t* offset, const char* what) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    auto it = buffers_.upper_bound(a);
+    if (p && it != buffers_.begin()) {
+        --it;
+        Buffer* b = it->second;
+        if (a - it->first <= b->size()) {
+            *offset = a - it->first;
+            return *b;
+        }
+    }
+    throw std::logic_error(std::string("Vulkan backend: ") + what + " (" + hex(p) + ") is not in its device memory");
+}
+
+Buffer& DeviceMemory::whole(const void* p, const char* what) {
+    uint64_t offset = 0;
+    Buffer& b = find(p, &offset, what);
+    if (offset != 0)
+        throw std::logic_error(std::string("Vulkan backend: ") + what + " starts " + std::to_string(offset) +
+                               " bytes into buffer '" + b.name() + "'; its kernels take whole buffers");
+    return b;
+}
+
+void DeviceMemory::record(uint32_t dispatches) {
+    if (ctx_.recording() && recorded_ + dispatches > kDispatchesPerSubmit) flush();
+    if (!ctx_.recording()) {
+        ctx_.begin();
+        recorded_ = 0;
+    }
+    recorded_ += dispatches;
+}
+
+void DeviceMemory::flush() {
+    if (ctx_.recording()) ctx_.submit_and_wait();
+    recorded_ = 0;
+}
+
+void DeviceMemory::upload(Buffer& dst, uint64_t offset, const void* src, uint64_t n) {
+    if (!n) return;
+    flush();
+    Buffer staging = ctx_.create_buffer(dst.name() + " (staging)", n, MemoryKind::Staging);
+    memcpy(staging.mapped(), src, n);
+    ctx_.begin();
+    ctx_.copy(staging, 0, dst, offset, n);
+    ctx_.submit_and_wait();
+}
+
+void DeviceMemory::download(const Buffer& src, uint64_t offset, void* dst, uint64_t n) {
+    if (!n) return;
+    flush();
+    Buffer staging = ctx_.create_buffer(src.name() + " (staging)", n, MemoryKind::Staging);
+    ctx_.begin();
+    ctx_.copy(src, offset, staging, 0, n);
+    ctx_.submit_and_wait();
+    memcpy(dst, staging.mapped(), n);
+}
+
+DeviceBuffer::DeviceBuffer(std::shared_ptr<DeviceMemory> mem, size_t bytes, const std::string& what)
+    : mem_(std::move(mem)) {
+    buffer_ = mem_->ctx().create_buffer(what, bytes, MemoryKind::DeviceLocal);
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    reserved_ = (bytes + page) / page * page;   // one byte more than asked: p + bytes is inside too
+    void* range = mmap(nullptr, reserved_, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (range == MAP_FAILED) throw std::bad_alloc();
+    mem_->record();
+    mem_->ctx().fill_zero(buffer_, 0, (std::max<uint64_t>(bytes, 4) + 3) / 4 * 4);
+    data_ = static_cast<uint8_t*>(range);
+    bytes_ = bytes;
+    mem_->buffers_[reinterpret_cast<uintptr_t>(range)] = &buffer_;
+}
+
+DeviceBuffer::~DeviceBuffer() {
+    // Recorded work may still use the buffer: it runs before the memory goes.
+    try {
+        mem_->flush();
+    } catch (...) {   // a lost device: the buffer goes regardless
+    }
+    mem_->buffers_.erase(reinterpret_cast<uintptr_t>(data_));
+    munmap(data_, reserved_);
+}
+
+}  // namespace lll::vk
+#endif  // LOCALLLM_HAVE_VULKAN
