@@ -2,10 +2,9 @@
 // build: without Vulkan (LOCALLLM_HAVE_VULKAN unset) the entry says so (compiled = false, no
 // devices) and still carries the footprint rule, so the planner can answer for a build that lacks it.
 //
-// Which device a "Vulkan" placement runs on: the instance's default (discrete before integrated
-// before virtual; a CPU implementation such as lavapipe only with LOCALLLM_VULKAN_ALLOW_CPU=1),
-// or, when the user named Vulkan (--device vulkan), a usable CPU implementation too: asking for
-// it by name is consent to a slow device.
+// Which device a "Vulkan" placement runs on: the instance's default GPU (discrete before integrated
+// before virtual), never a CPU implementation such as lavapipe unless the user named Vulkan
+// (--device vulkan, LLM(device="vulkan")): asking for it by name is consent to a slow device.
 #include <stdexcept>
 #include <string>
 
@@ -32,10 +31,15 @@ int chosen_device() {
     const vk::Instance* inst = vk::Instance::try_get(&why);
     if (!inst) return -1;
     const int d = inst->default_device();
-    if (d >= 0 || !named_by_user()) return d;
-    for (const vk::DeviceInfo& info : inst->devices())
-        if (info.usable) return info.index;
-    return -1;
+    if (named_by_user()) {
+        if (d >= 0) return d;
+        for (const vk::DeviceInfo& info : inst->devices())
+            if (info.usable) return info.index;
+        return -1;
+    }
+    // The automatic choice (-ngl without --device) never offloads to a CPU implementation, whatever
+    // LOCALLLM_VULKAN_ALLOW_CPU says (that variable lets the op harness pick one by default).
+    return d >= 0 && inst->devices()[d].type != std::string("cpu") ? d : -1;
 }
 
 int device_count() { return chosen_device() >= 0 ? 1 : 0; }

@@ -57,6 +57,9 @@ py::array_t<float> attention_py(const AttentionCase& c, int64_t n_blocks, int bl
     lll::HParams hp;   // what the backend's scratch is sized by: the attention's widths only
     hp.n_head = (int)n_head, hp.n_head_kv = (int)n_head_kv, hp.head_dim = (int)hd;
     hp.n_embd = (int)(n_head * hd), hp.n_ff = 1, hp.n_vocab = 1, hp.rope_dims = 2;
+    // The harness names Vulkan, as --device vulkan does, so a CPU implementation (lavapipe) may run
+    // it; this module's registry is its own (it links its own copy of the core).
+    lll::set_offload_device("Vulkan");
     const lll::Placement p = lll::find_placement("Vulkan");
     const lll::BackendConfig cfg{&hp, nullptr, lll::Isa{}, lll::Numerics{}, p};
     const std::unique_ptr<lll::Backend> be = lll::make_backend(p, cfg);
