@@ -49,10 +49,11 @@ def parse_size(text: str) -> int:
 
 
 def add_device_args(p: argparse.ArgumentParser) -> None:
+    from localllm.llm import DEVICES      # the device names LLM(device=) takes, in one place
     p.add_argument("-ngl", "--n-gpu-layers", default=None, metavar="N|all|auto",
                    help="layers on the GPU, as llama.cpp's -ngl: the last N layers plus the output "
                         "head (default auto: as many as fit; 0 without a GPU)")
-    p.add_argument("--device", choices=["cpu", "auto", "cuda", "vulkan"], default="auto",
+    p.add_argument("--device", choices=list(DEVICES), default="auto",
                    help="cpu: run on the CPU only (same as -ngl 0); auto (default): -ngl layers on a "
                         "CUDA device, else a Vulkan GPU; cuda, vulkan: -ngl layers on that backend "
                         "(vulkan includes a CPU implementation such as lavapipe)")
