@@ -12,7 +12,6 @@ namespace lll::vk {
 namespace {
 
 constexpr uint32_t kDequantGroup = 64;
-constexpr uint32_t kMatVecGroup = 128;
 constexpr uint32_t kMatVecRows = 2;     // NUM_ROWS in linear_matvec.comp
 constexpr uint32_t kMatVecCols = kMatVecMaxTokens;
 constexpr uint32_t kTile = 64;          // BM = BN in linear_tiled.comp
@@ -58,6 +57,9 @@ uint32_t row_bytes(uint32_t type, uint32_t K) {
     return K / tt->block_elems * tt->block_bytes;
 }
 
+// The matrix-vector kernel's workgroup: one subgroup (linear_matvec.comp), 8 to 64 invocations.
+uint32_t matvec_group(const Context& c) { return std::clamp<uint32_t>(c.info().subgroup_size, 8, 64); }
+
 void spread(const Context& c, uint64_t n, uint32_t* gx, uint32_t* gy) {
     const uint64_t max_x = std::min<uint32_t>(c.info().max_workgroup_count[0], 65535);
     *gx = n ? (uint32_t)std::min<uint64_t>(n, max_x) : 0;
@@ -95,7 +97,7 @@ void op_linear_rows(Context& c, uint32_t type, const Buffer& w, BufferRange x, B
     struct {
         uint32_t N, K, T, row_bytes;
     } push{N, K, T, row_bytes(type, K)};
-    const Pipeline& p = c.pipeline(kernel_name("linear_matvec", type), 3, sizeof(push), {kMatVecGroup});
+    const Pipeline& p = c.pipeline(kernel_name("linear_matvec", type), 3, sizeof(push), {matvec_group(c)});
     uint32_t gx, gy;
     spread(c, (N + kMatVecRows - 1) / kMatVecRows, &gx, &gy);
     c.dispatch(p, {BufferRange{&w, 0}, x, y}, &push, gx, gy);
