@@ -142,17 +142,43 @@ def test_teacher_forced_agreement_with_cpu(smollm2, cpu_llm, ngl):
     assert agreement >= 0.95 and all(m < 0.5 for m in margins), (agreement, margins)
 
 
-def test_vulkan_device_is_offered_by_the_registry():
-    """With a device admitted, auto placement prefers CUDA, then Vulkan (this machine: no CUDA)."""
-    _core.set_offload_device("Vulkan")
-    try:
-        assert _core.offload_device() == "Vulkan"
-        assert _core.vulkan_device_count() == 1 and _core.vulkan_free_memory() > 0
-        assert _core.vulkan_device_name()
-    finally:
-        _core.set_offload_device("")
+def test_device_strings_resolve_through_the_registry():
+    """'Vulkan' names the backend's default device (lavapipe here: named, a CPU implementation
+    counts), 'Vulkan:N' a listed one; the automatic choice never takes a CPU implementation."""
+    listed = _core.vulkan_devices()
+    name, number = _core.resolve_device("Vulkan")
+    assert name == "Vulkan" and 0 <= number < len(listed) and listed[number]["usable"]
+    assert _core.resolve_device(f"Vulkan:{number}") == ("Vulkan", number)
+    assert _core.vulkan_device_count() == len(listed) and _core.vulkan_free_memory(number) > 0
+    assert _core.vulkan_device_name(number) == listed[number]["name"]
+    if all(d["type"] == "cpu" for d in listed):
+        assert _core.resolve_device("")[0] != "Vulkan" or _core.resolve_device("")[1] == -1
     with pytest.raises(ValueError, match="no device backend called 'CPU'"):
-        _core.set_offload_device("CPU")
+        _core.resolve_device("CPU")
+    with pytest.raises(ValueError, match="device number"):
+        _core.resolve_device("Vulkan:x")
+
+
+def test_each_model_keeps_its_own_device(smollm2):
+    """The device is the model's, not the process's: a Vulkan model, then a CPU one, then the
+    Vulkan one again runs on Vulkan (its logits unchanged)."""
+    number = _core.resolve_device("Vulkan")[1]
+    vk = LLM(smollm2, n_ctx=64, n_gpu_layers=2, device=f"vulkan:{number}")
+    ids = vk.tokenize("The capital of France is")
+    before = vk.logits(ids)
+    cpu = LLM(smollm2, n_ctx=64, device="cpu")
+    assert cpu._model.allocated.keys() == {"CPU"}
+    assert set(vk._model.allocated) == {"CPU", "Vulkan"}
+    np.testing.assert_array_equal(vk.logits(ids), before)
+
+
+def test_a_missing_device_number_is_named(smollm2):
+    with pytest.raises(ValueError, match=r"no Vulkan device 7\b.*found"):
+        LLM(smollm2, n_ctx=64, n_gpu_layers=1, device="vulkan:7")
+    with pytest.raises(ValueError, match="device must be one of"):
+        LLM(smollm2, n_ctx=64, n_gpu_layers=1, device="vulkan:")
+    with pytest.raises(ValueError, match="device must be one of"):
+        LLM(smollm2, n_ctx=64, device="cpu:0")
 
 
 def test_qwen_output_head_over_one_buffer_runs_in_row_windows():

@@ -181,12 +181,12 @@ public:
     int n_layer() const { return hp_.n_layer; }
     int gpu_layers_max() const { return lll::gpu_layers_max(hp_); }
     py::dict bytes(int n_gpu_layers, int64_t kv_blocks, int kv_block_size, int64_t n_batch,
-                   const std::string& cache_type_k, const std::string& cache_type_v) {
+                   const std::string& cache_type_k, const std::string& cache_type_v, const std::string& device) {
         if (kv_blocks < 1 || kv_block_size < 1 || n_batch < 1)
             throw std::invalid_argument("kv_blocks, kv_block_size and n_batch must be >= 1");
         const KVTypes types{parse_cache_type(cache_type_k), parse_cache_type(cache_type_v)};
         check_kv_types(types, hp_.head_dim);
-        const LayerPlacement lp = place_layers(hp_.n_layer, n_gpu_layers);
+        const LayerPlacement lp = place_layers(hp_.n_layer, n_gpu_layers, resolve_offload(device));
         py::dict d;
         for (Placement p : placements_used(lp)) {
             const DeviceBytes b = device_bytes(p, hp_, weights_on(w_, lp, p), kv_blocks, kv_block_size, types, n_batch,
@@ -217,21 +217,25 @@ void register_model(py::module_& m) {
                                "The most layers a GPU can run (0 for mixture-of-experts models).")
         .def("bytes", &Footprint::bytes, py::arg("n_gpu_layers"), py::arg("kv_blocks"), py::arg("kv_block_size"),
              py::arg("n_batch"), py::arg("cache_type_k") = "f16", py::arg("cache_type_v") = "f16",
+             py::arg("device") = "",
              "{device: {'weights', 'kv', 'scratch'}} for the last n_gpu_layers layers (and the output head) on "
-             "the GPU, a pool of kv_blocks blocks and batches of up to n_batch tokens.");
+             "the GPU, a pool of kv_blocks blocks and batches of up to n_batch tokens. device: the GPU's device "
+             "string ('' = the automatic choice, 'Vulkan', 'CUDA:1', ...; resolve_device).");
     py::class_<Model>(m, "Model", "A loaded model: weights mapped from GGUF, a paged KV cache, a thread pool.")
         .def(py::init([](const std::string& path, int n_threads, int64_t kv_blocks, int kv_block_size,
                          const std::string& numerics, int n_gpu_layers, const std::string& cache_type_k,
-                         const std::string& cache_type_v, int64_t n_ctx) {
+                         const std::string& cache_type_v, int64_t n_ctx, const std::string& device) {
                  const Numerics n = parse_numerics(numerics);
                  const KVTypes types{parse_cache_type(cache_type_k), parse_cache_type(cache_type_v)};
+                 const Placement offload = n_gpu_layers > 0 ? resolve_offload(device) : kHostPlacement;
                  py::gil_scoped_release release;
-                 return new Model(path, n_threads, kv_blocks, kv_block_size, n, n_gpu_layers, types, n_ctx);
+                 return new Model(path, n_threads, kv_blocks, kv_block_size, n, n_gpu_layers, types, n_ctx, offload);
              }),
              py::arg("path"), py::arg("n_threads"), py::arg("kv_blocks"), py::arg("kv_block_size") = 16,
              py::arg("numerics") = "fast", py::arg("n_gpu_layers") = 0, py::arg("cache_type_k") = "f16",
-             py::arg("cache_type_v") = "f16", py::arg("n_ctx") = 0,
-             "n_gpu_layers: the last n layers and the output head on the GPU (a build with a GPU backend). "
+             py::arg("cache_type_v") = "f16", py::arg("n_ctx") = 0, py::arg("device") = "",
+             "n_gpu_layers: the last n layers and the output head on the GPU (a build with a GPU backend); "
+             "device: which ('' = the automatic choice, 'Vulkan', 'CUDA:1', ...; resolve_device). "
              "cache_type_k / cache_type_v: the KV cache's storage types, f16 (default), q8_0 or q4_0 "
              "(llama.cpp's --cache-type-k/-v; quantized types on the CPU with the fast numerics). "
              "n_ctx: the longest sequence to be run (LongRoPE files pick their long or short factors by it, "
