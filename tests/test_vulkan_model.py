@@ -200,3 +200,15 @@ def test_gemma3_sliding_window_layers_on_vulkan():
     vk = LLM(path, n_ctx=64, n_batch=16, n_gpu_layers=6, device="vulkan")
     agreement, margins = teacher_forced(cpu, vk, "The capital of France is Paris, and")
     assert agreement >= 0.75 and all(m < 0.5 for m in margins), (agreement, margins)
+
+
+@pytest.mark.parametrize("key", ["smollm2-135m-q4_1", "gemma3-270m-q4_k_m", "qwen2.5-coder-0.5b-q4_k_m"])
+def test_plan_equals_the_device_memory_allocated(key):
+    """The planner's Vulkan bytes (weights, KV, scratch for a full batch) against the device memory
+    the driver gave the model's buffers after a full batch ran: within 1%."""
+    n_batch = 16
+    vk = LLM(str(model_file(key)), n_ctx=64, n_batch=n_batch, n_gpu_layers="all", device="vulkan")
+    vk.logits(list(range(1, n_batch + 1)))
+    planned = vk.plan.devices["Vulkan"].total
+    measured = vk._model.device_memory["Vulkan"]
+    assert abs(measured - planned) <= 0.01 * planned, (planned, measured, vk._model.allocated["Vulkan"])

@@ -259,6 +259,12 @@ void register_model(py::module_& m) {
              "Draw the next token of each row: samplers[i] samples logits[rows[i]] (then accepts it), "
              "on the model's threads. Returns (tokens, errors): errors[i] is None, or the message of "
              "the failure of row i, whose token is then -1.")
+        .def_property_readonly("device_memory", [](const Model& self) {
+            py::dict d;
+            for (Backend* be : self.backends()) d[be->name()] = be->device_memory();
+            return d;
+        }, "{device: bytes its driver holds for this model now} (Vulkan: its buffers' memory requirements; "
+           "elsewhere the sum of allocated)")
         .def_property_readonly("allocated", &allocated_dict,
              "Bytes the backends allocated: {device: {'weights', 'kv', 'scratch'}} (the planner's terms).")
         .def_property_readonly("layer_devices", [](const Model& self) {

@@ -56,6 +56,7 @@ class Model:
     kv_bytes: int
     isa: str
     allocated: dict[str, dict[str, int]]
+    device_memory: dict[str, int]
     layer_devices: list[str]
     output_device: str
     def reserve(self, n_tokens: int) -> None: ...

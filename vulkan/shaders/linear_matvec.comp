@@ -25,6 +25,7 @@ layout(binding = 2) writeonly buffer Y { float y[]; };
 layout(push_constant) uniform Push {
     uint N, K, T;   // T <= MAX_COLS
     uint row_bytes;
+    uint ldy, y0;   // y row t, column n is y[t * ldy + y0 + n] (a row window's columns of a wider y)
 } pc;
 
 #include "blocks.glsl"
@@ -74,7 +75,7 @@ void main() {
         for (uint r = 0u; r < NUM_ROWS; ++r)
             for (uint t = 0u; t < MAX_COLS; ++t) {
                 const float s = subgroupAdd(acc[r][t]);
-                if (subgroupElect() && row0 + r < pc.N && t < pc.T) y[t * pc.N + row0 + r] = s;
+                if (subgroupElect() && row0 + r < pc.N && t < pc.T) y[t * pc.ldy + pc.y0 + row0 + r] = s;
             }
         return;
     }
@@ -90,7 +91,7 @@ void main() {
         if (row0 + r < pc.N && t < pc.T) {
             float s = 0.0;
             for (uint i = 0u; i < gl_NumSubgroups; ++i) s += partial[o][i];
-            y[t * pc.N + row0 + r] = s;
+            y[t * pc.ldy + pc.y0 + row0 + r] = s;
         }
     }
 }

@@ -90,13 +90,13 @@ void op_embed(Context& c, uint32_t type, const Buffer& table, const Buffer& ids,
 }
 
 void op_linear_rows(Context& c, uint32_t type, const Buffer& w, BufferRange x, BufferRange y, uint32_t T, uint32_t N,
-                    uint32_t K) {
+                    uint32_t K, OutColumns cols) {
     if (T > kMatVecCols)
         throw std::invalid_argument("Vulkan linear: the matrix-vector kernel takes at most " +
                                     std::to_string(kMatVecCols) + " tokens, got " + std::to_string(T));
     struct {
-        uint32_t N, K, T, row_bytes;
-    } push{N, K, T, row_bytes(type, K)};
+        uint32_t N, K, T, row_bytes, ldy, y0;
+    } push{N, K, T, row_bytes(type, K), cols.ldy ? cols.ldy : N, cols.col0};
     const Pipeline& p = c.pipeline(kernel_name("linear_matvec", type), 3, sizeof(push), {matvec_group(c)});
     uint32_t gx, gy;
     spread(c, (N + kMatVecRows - 1) / kMatVecRows, &gx, &gy);
@@ -106,17 +106,17 @@ void op_linear_rows(Context& c, uint32_t type, const Buffer& w, BufferRange x, B
 LinearKernel linear_kernel_for(uint32_t T) { return T <= kMatVecCols ? LinearKernel::MatVec : LinearKernel::Tiled; }
 
 void op_linear(Context& c, uint32_t type, const Buffer& w, const Buffer& x, Buffer& y, uint32_t T, uint32_t N,
-               uint32_t K, LinearKernel kernel) {
+               uint32_t K, LinearKernel kernel, OutColumns cols) {
     if (kernel == LinearKernel::Auto) kernel = linear_kernel_for(T);
     const uint32_t rb = row_bytes(type, K);
     uint32_t gx, gy;
     if (kernel == LinearKernel::MatVec) {
-        op_linear_rows(c, type, w, BufferRange{&x, 0}, BufferRange{&y, 0}, T, N, K);
+        op_linear_rows(c, type, w, BufferRange{&x, 0}, BufferRange{&y, 0}, T, N, K, cols);
         return;
     }
     struct {
-        uint32_t N, K, T, row_bytes, tiles_n;
-    } push{N, K, T, rb, (N + kTile - 1) / kTile};
+        uint32_t N, K, T, row_bytes, tiles_n, ldy, y0;
+    } push{N, K, T, rb, (N + kTile - 1) / kTile, cols.ldy ? cols.ldy : N, cols.col0};
     const Pipeline& p = c.pipeline(kernel_name("linear_tiled", type), 3, sizeof(push));
     spread(c, (uint64_t)push.tiles_n * ((T + kTile - 1) / kTile), &gx, &gy);
     c.dispatch(p, {&w, &x, &y}, &push, gx, gy);
