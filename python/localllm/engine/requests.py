@@ -15,12 +15,14 @@ import numpy as np
 
 from ..text.chat import render_chat
 from ..sampling import SamplingParams
+from ..structured.grammar import compile_constraint
 from ..text.tokenizer import Tokenizer, TokenAttr
 
 __all__ = ["EngineRequest", "RequestBuilder", "Prompt"]
 
 Prompt = Union[str, Sequence[int]]
 _SEED_LIMIT = 2**64
+_CONSTRAINT_OPTIONS = ("json_schema", "grammar", "response_format", "regex")
 
 
 @dataclass
@@ -188,8 +190,12 @@ class RequestBuilder:
         return EngineRequest(ids, params, n)
 
     def params(self, sampling: dict) -> SamplingParams:
-        """Validated SamplingParams with the default seed filled in."""
+        """Validated SamplingParams with the default seed filled in; json_schema, grammar,
+        response_format or regex (`compile_constraint`) become its constraint."""
         fields = dict(sampling)
+        spec = compile_constraint(**{k: fields.pop(k) for k in _CONSTRAINT_OPTIONS if k in fields})
+        if spec is not None:
+            fields["constraint"] = spec
         if fields.get("seed") is None:
             fields["seed"] = self.default_seed if self.default_seed is not None \
                 else int.from_bytes(os.urandom(4), "little")
