@@ -133,6 +133,9 @@ class ChatMessage(_Body):
 class ChatRequest(_Sampling):
     """POST /v1/chat/completions."""
     messages: list[ChatMessage] = Field(min_length=1)
+    tools: Optional[list[dict[str, Any]]] = None
+    tool_choice: Optional[Union[StrictStr, dict[str, Any]]] = None
+    parallel_tool_calls: StrictBool = True
     logprobs: StrictBool = False
     top_logprobs: Optional[Annotated[StrictInt, Field(ge=0, le=MAX_LOGPROBS)]] = None
 

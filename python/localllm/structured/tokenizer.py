@@ -16,7 +16,7 @@ import llguidance
 from ..text.tokenizer import Tokenizer
 from ..text.vocab import TokenAttr
 
-__all__ = ["grammar_tokenizer", "SPECIAL_PREFIX"]
+__all__ = ["grammar_tokenizer", "special_marker_texts", "SPECIAL_PREFIX"]
 
 SPECIAL_PREFIX = b"\xff"   # llguidance's mark of a special token's text
 
@@ -44,12 +44,15 @@ class _VocabView:
         tok = self._tokenizer
         if t >= tok.n_vocab:                     # output rows past the vocabulary: never text
             return b""
-        attr = tok.token_attr(t)
         text = tok.token_to_bytes(t)
-        if attr & TokenAttr.CONTROL or (attr & TokenAttr.USER_DEFINED and text.startswith(b"<")
-                                        and text.endswith(b">")):
-            return SPECIAL_PREFIX + text
-        return text
+        return SPECIAL_PREFIX + text if self._is_special(tok.token_attr(t), text) else text
+
+    @staticmethod
+    def _is_special(attr: TokenAttr, text: bytes) -> bool:
+        """Control tokens, and user-defined ones written like them (<tool_call>), as llguidance's
+        llama.cpp binding decides."""
+        return bool(attr & TokenAttr.CONTROL or (attr & TokenAttr.USER_DEFINED and text.startswith(b"<")
+                                                 and text.endswith(b">")))
 
     def __call__(self, text) -> list[int]:
         if isinstance(text, (bytes, bytearray)):
@@ -69,3 +72,17 @@ def grammar_tokenizer(tokenizer: Tokenizer, n_vocab: int) -> llguidance.LLTokeni
                                        eos_token=sorted(tokenizer.eot_ids) or view.eos_token_id)
         _BUILT[tokenizer] = built
         return built
+
+
+_TOOL_MARKERS = ("<tool_call>", "</tool_call>", "[TOOL_CALLS]", "<|python_tag|>")
+
+
+def special_marker_texts(tokenizer: Tokenizer) -> frozenset:
+    """The tool-call markers that are one special token in this vocabulary (a grammar names
+    them as tokens: free text can then never spell them)."""
+    out = set()
+    for text in _TOOL_MARKERS:
+        t = tokenizer.token_id(text)
+        if t is not None and _VocabView._is_special(tokenizer.token_attr(t), text.encode()):
+            out.add(text)
+    return frozenset(out)
