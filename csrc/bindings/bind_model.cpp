@@ -113,12 +113,41 @@ static py::array_t<float> forward(Model& m, I32 tokens, I32 positions, I32 seq_o
     return logits;
 }
 
+// The token bitmasks of sample_rows: masks uint32[n_masks, ceil(n_vocab / 32)] (or None) and
+// the mask row of each sampler (-1: unconstrained), checked before any pointer is used.
+struct MaskRows {
+    py::array_t<uint32_t, py::array::c_style | py::array::forcecast> array;
+    const uint32_t* words = nullptr;
+};
+
+static MaskRows check_masks(const py::object& masks, const std::vector<int64_t>& mask_rows, int n, int64_t n_vocab) {
+    MaskRows out;
+    if (masks.is_none()) {
+        if (!mask_rows.empty()) throw std::invalid_argument("sample_rows: mask_rows given without masks");
+        return out;
+    }
+    out.array = py::array_t<uint32_t, py::array::c_style | py::array::forcecast>::ensure(masks);
+    if (!out.array || out.array.ndim() != 2 || out.array.shape(1) != lll::mask_words(n_vocab))
+        throw std::invalid_argument("sample_rows: masks must be a 2-D uint32 array [n_masks, " +
+                                    std::to_string(lll::mask_words(n_vocab)) + "] (ceil(n_vocab / 32) words)");
+    if (static_cast<int>(mask_rows.size()) != n)
+        throw std::invalid_argument("sample_rows: " + std::to_string(mask_rows.size()) + " mask_rows for " +
+                                    std::to_string(n) + " samplers");
+    for (int64_t r : mask_rows)
+        if (r < -1 || r >= out.array.shape(0))
+            throw std::invalid_argument("sample_rows: mask row " + std::to_string(r) + " out of range [-1, " +
+                                        std::to_string(out.array.shape(0)) + ")");
+    out.words = out.array.data();
+    return out;
+}
+
 // Model.sample_rows: one draw per row on the model's threads (see lll::sample_rows); the
 // engine's step samples all its sequences with one call instead of one call (and one GIL
 // hand-over) per sequence.
 static py::tuple sample_rows_py(Model& m, const std::vector<Sampler*>& samplers,
                                 const py::array_t<float, py::array::c_style | py::array::forcecast>& logits,
-                                const std::vector<int64_t>& rows, bool accept) {
+                                const std::vector<int64_t>& rows, bool accept, const py::object& masks,
+                                const std::vector<int64_t>& mask_rows) {
     const int n = static_cast<int>(samplers.size());
     if (rows.size() != samplers.size())
         throw std::invalid_argument("sample_rows: " + std::to_string(rows.size()) + " rows for " +
@@ -139,13 +168,14 @@ static py::tuple sample_rows_py(Model& m, const std::vector<Sampler*>& samplers,
             throw std::invalid_argument("sample_rows: row " + std::to_string(rows[i]) + " out of range [0, " +
                                         std::to_string(logits.shape(0)) + ")");
     }
+    const MaskRows mask = check_masks(masks, mask_rows, n, n_vocab);
     std::vector<int> tokens(n);
     std::vector<std::string> errors(n);
     {
         ModelInUse guard(m, "sample_rows");
         py::gil_scoped_release release;
         sample_rows(m.pool(), samplers.data(), logits.data(), n_vocab, rows.data(), n, accept, tokens.data(),
-                    errors.data());
+                    errors.data(), mask.words, mask.words ? mask_rows.data() : nullptr);
     }
     py::list errs;
     for (const std::string& e : errors) errs.append(e.empty() ? py::object(py::none()) : py::object(py::str(e)));
@@ -255,9 +285,10 @@ void register_model(py::module_& m) {
              "Run one batch; returns float32 logits [len(output_rows), n_vocab] (written into `out` "
              "when given, a C-contiguous float32 array of that shape).")
         .def("sample_rows", &sample_rows_py, py::arg("samplers"), py::arg("logits"), py::arg("rows"),
-             py::arg("accept") = true,
+             py::arg("accept") = true, py::arg("masks") = py::none(), py::arg("mask_rows") = std::vector<int64_t>{},
              "Draw the next token of each row: samplers[i] samples logits[rows[i]] (then accepts it), "
-             "on the model's threads. Returns (tokens, errors): errors[i] is None, or the message of "
+             "on the model's threads; with masks (uint32 [n_masks, ceil(n_vocab / 32)] token bitmasks), "
+             "sampler i draws only tokens allowed by masks[mask_rows[i]] (-1: any). Returns (tokens, errors): errors[i] is None, or the message of "
              "the failure of row i, whose token is then -1.")
         .def_property_readonly("device_memory", [](const Model& self) {
             py::dict d;

@@ -401,7 +401,10 @@ class LLM:
 
         Keyword arguments are `SamplingParams` fields: max_tokens, temperature, top_k, top_p,
         min_p, repeat_penalty, presence_penalty, frequency_penalty, penalty_last_n, logit_bias,
-        seed, stop, logprobs, ignore_eos.
+        seed, stop, logprobs, ignore_eos; and at most one constraint on the output:
+        json_schema (a JSON schema, dict or text), grammar (GBNF or Lark), regex, or
+        response_format (OpenAI's: {"type": "json_object"} or {"type": "json_schema",
+        "json_schema": {"name", "schema"}}). An invalid or unsupported one is a ValueError.
         """
         if not _is_prompt_list(prompt):
             return self._collect(*self._submit(self._request(prompt, sampling)))
