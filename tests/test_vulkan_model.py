@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -212,3 +213,14 @@ def test_plan_equals_the_device_memory_allocated(key):
     planned = vk.plan.devices["Vulkan"].total
     measured = vk._model.device_memory["Vulkan"]
     assert abs(measured - planned) <= 0.01 * planned, (planned, measured, vk._model.allocated["Vulkan"])
+
+
+@pytest.mark.parametrize("ngl", ["all", 15])
+def test_perplexity_within_half_a_percent_of_the_cpu(smollm2, ngl):
+    """Perplexity on a slice of the corpus (2 chunks of 64 tokens: lavapipe is a CPU) with the
+    layers on Vulkan against the CPU backend's on the same slice."""
+    from localllm.perplexity import perplexity
+    text = (Path(__file__).parent / "data" / "corpus" / "gpl-3.txt").read_text(encoding="utf-8")[:4000]
+    cpu = perplexity(LLM(smollm2, n_ctx=64, device="cpu"), text, 64, max_chunks=2)
+    vk = perplexity(LLM(smollm2, n_ctx=64, n_gpu_layers=ngl, device="vulkan"), text, 64, max_chunks=2)
+    assert abs(vk.ppl - cpu.ppl) <= 0.005 * cpu.ppl, (cpu.ppl, vk.ppl)
