@@ -77,6 +77,7 @@ Context::Context(int device_index) : instance_(Instance::get()), info_(instance_
     di.queueCreateInfoCount = 1;
     di.pQueueCreateInfos = &qi;
     check(ifn.vkCreateDevice(info_.handle, &di, nullptr, &device_), ("vkCreateDevice on " + info_.name).c_str());
+    context_opened();
     try {
         load_device_fns(ifn, device_, &fns_);
     } catch (...) {
@@ -122,6 +123,7 @@ Context::~Context() {
     if (fence_) fns_.vkDestroyFence(device_, fence_, nullptr);
     if (cmd_pool_) fns_.vkDestroyCommandPool(device_, cmd_pool_, nullptr);
     fns_.vkDestroyDevice(device_, nullptr);
+    context_closed();
 }
 
 void Context::check_usable() const {
