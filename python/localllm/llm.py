@@ -208,8 +208,10 @@ class LLM:
         self.requests = RequestBuilder(self.tokenizer, chat_template, self.n_ctx, seed)
         self.draft_model = None                # the draft model's _core.Model (speculative "draft")
         proposer = self._make_proposer(n_blocks, kv_block_size) if self.speculative else None
+        # Grammar masks beside the forward only where it leaves a CPU free (Constraints).
+        overlap_masks = self.n_gpu_layers > 0 or self.n_threads < default_threads()
         self._engine = Engine(self._model, self.tokenizer, self.n_ctx, max_batch_tokens=n_batch,
-                              max_running=max_running, proposer=proposer)
+                              max_running=max_running, proposer=proposer, overlap_masks=overlap_masks)
         self._pool = self._engine.pool
         self.hparams: dict = self._model.hparams
         self.n_vocab: int = self.hparams["n_vocab"]
