@@ -226,3 +226,13 @@ def test_perplexity_within_the_cpu_numerics_band(smollm2):
            for n in ("fast", "llama.cpp")]
     vk = perplexity(LLM(smollm2, n_ctx=64, n_gpu_layers=15, device="vulkan"), text, 64, max_chunks=2).ppl
     assert min(cpu) * 0.995 <= vk <= max(cpu) * 1.005, (cpu, vk)
+
+
+def test_a_device_that_fills_up_names_the_tensor(smollm2):
+    """A device whose memory runs out mid-load (LOCALLLM_VULKAN_BUDGET caps it at 40 MB, under
+    the model's weights) is an error naming the tensor and its size, never a crash."""
+    proc = subprocess.run([sys.executable, "-m", "localllm_cli", "run", "-m", smollm2, "-p", "Hi", "-n", "1",
+                           "-c", "64", "-ngl", "all", "--device", "vulkan"], capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "LOCALLLM_VULKAN_BUDGET": "40000000"})
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "Vulkan out of memory: " in proc.stderr and "(weights) needs" in proc.stderr, proc.stderr
