@@ -21,13 +21,14 @@ BINARY = ROOT / "build" / "bin" / "llama-server"
 
 
 def build_llamacpp_targets(build: Path, flags: list[str], targets: list[str], jobs: int = 2,
-                           nice: bool = False) -> Path:
+                           nice: bool = False, source_tag: str = SOURCE_TAG) -> Path:
     """Configures llama.cpp's source into `build` with `flags` and compiles `targets`, unless every
-    target's binary is there from a build with the same source and flags (kept beside them in a
-    stamp file). Returns build/bin. `nice` runs the compiler at the lowest priority."""
+    target's binary is there from a build with the same source (source_tag names it and any fix
+    made to it) and flags, kept beside them in a stamp file. Returns build/bin. `nice` runs the
+    compiler at the lowest priority."""
     bin_dir = build / "bin"
     stamp = build / "localllm-cmake-args.txt"
-    built_as = " ".join([SOURCE_TAG, *flags])
+    built_as = " ".join([source_tag, *flags])
     if all((bin_dir / t).exists() for t in targets) and stamp.exists() and stamp.read_text() == built_as:
         return bin_dir
     src = llama_cpp_source()
