@@ -90,7 +90,8 @@ def run_llama_bench(binary: Path, path: str, vk_index: int | None, args, n_promp
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
     rows = json.loads(proc.stdout)
-    out: dict = {"device": rows[0].get("gpu_info", ""), "backends": rows[0].get("backends", ""),
+    device = rows[0].get("gpu_info", "") if vk_index is not None else "CPU"
+    out: dict = {"device": device, "backends": rows[0].get("backends", ""),
                  "threads": rows[0].get("n_threads")}
     for r in rows:
         out["pp" if r["n_prompt"] else "tg"] = r["samples_ts"]
