@@ -70,7 +70,11 @@ class Vocab:
             add_array("tokenizer.ggml.merges", self.merges, VT.STRING)
         for typ, tid in self.special_ids.items():
             # gguf-py's handlers know the key names (unk -> unknown_token_id, pad -> padding_...)
-            getattr(writer, f"add_{typ}_token_id")(tid)
+            add = getattr(writer, f"add_{typ}_token_id", None)
+            if add is not None:
+                add(tid)
+            else:   # a key this gguf-py has no helper for (cls_token_id)
+                writer.add_uint32(f"tokenizer.ggml.{typ}_token_id", tid)
         for typ, value in self.add_special.items():
             writer.add_bool(f"tokenizer.ggml.add_{typ}_token", value)
         if self.add_space_prefix is not None:

@@ -25,6 +25,7 @@ static py::dict hparams_dict(const HParams& hp) {
     d["rope_base"] = hp.rope_base; d["rope_base_swa"] = hp.rope_base_swa; d["rope_dims"] = hp.rope_dims;
     d["rope_style"] = hp.rope_style == RopeStyle::NeoX ? "neox" : "normal";
     d["n_swa"] = hp.n_swa;
+    d["n_type"] = hp.n_type;
     return d;
 }
 
@@ -75,8 +76,9 @@ private:
     Model& m_;
 };
 
-static py::array_t<float> forward(Model& m, I32 tokens, I32 positions, I32 seq_of_token,
-                                  I32 block_tables, I32 output_rows, py::object out_obj) {
+// The batch of a forward call from its arrays, checked (validate_batch).
+static Batch make_batch(Model& m, const I32& tokens, const I32& positions, const I32& seq_of_token,
+                        const I32& block_tables, const I32& output_rows) {
     if (tokens.ndim() != 1 || positions.ndim() != 1 || seq_of_token.ndim() != 1 || output_rows.ndim() != 1)
         throw std::invalid_argument("tokens, positions, seq_of_token and output_rows must be 1-D");
     if (block_tables.ndim() != 2) throw std::invalid_argument("block_tables must be 2-D [n_seqs, max_blocks]");
@@ -90,6 +92,12 @@ static py::array_t<float> forward(Model& m, I32 tokens, I32 positions, I32 seq_o
     b.block_tables = block_tables.data(); b.n_seqs = block_tables.shape(0); b.max_blocks = block_tables.shape(1);
     b.output_rows = output_rows.data(); b.n_out = output_rows.shape(0);
     validate_batch(m, b);
+    return b;
+}
+
+static py::array_t<float> forward(Model& m, I32 tokens, I32 positions, I32 seq_of_token,
+                                  I32 block_tables, I32 output_rows, py::object out_obj) {
+    const Batch b = make_batch(m, tokens, positions, seq_of_token, block_tables, output_rows);
     const int64_t n_vocab = m.hparams().n_vocab;
     py::array_t<float> logits;
     if (out_obj.is_none()) {
@@ -111,6 +119,27 @@ static py::array_t<float> forward(Model& m, I32 tokens, I32 positions, I32 seq_o
         m.forward(b, out);
     }
     return logits;
+}
+
+// Model.forward_hidden: the final hidden states of the output rows (embeddings, before pooling).
+static py::array_t<float> forward_hidden(Model& m, I32 tokens, I32 positions, I32 seq_of_token, I32 block_tables,
+                                         I32 output_rows, py::object token_types_obj) {
+    Batch b = make_batch(m, tokens, positions, seq_of_token, block_tables, output_rows);
+    I32 token_types;
+    if (!token_types_obj.is_none()) {
+        token_types = token_types_obj.cast<I32>();
+        if (token_types.ndim() != 1 || token_types.shape(0) != b.n_tokens)
+            throw std::invalid_argument("token_types must be 1-D with one entry per token");
+        b.token_types = token_types.data();
+    }
+    py::array_t<float> hidden({b.n_out, (int64_t)m.hparams().n_embd});
+    float* out = hidden.mutable_data();
+    {
+        ModelInUse guard(m, "forward_hidden");
+        py::gil_scoped_release release;
+        m.forward_hidden(b, out);
+    }
+    return hidden;
 }
 
 // Model.sample_rows: one draw per row on the model's threads (see lll::sample_rows); the
@@ -250,6 +279,15 @@ void register_model(py::module_& m) {
              py::arg("block_tables"), py::arg("output_rows"), py::arg("out") = py::none(),
              "Run one batch; returns float32 logits [len(output_rows), n_vocab] (written into `out` "
              "when given, a C-contiguous float32 array of that shape).")
+        .def("forward_hidden", &forward_hidden, py::arg("tokens"), py::arg("positions"), py::arg("seq_of_token"),
+             py::arg("block_tables"), py::arg("output_rows"), py::arg("token_types") = py::none(),
+             "Run one batch; returns the final hidden states float32 [len(output_rows), n_embd] (after the "
+             "output norm where the model has one). token_types: each token's segment (encoders; default 0). "
+             "A bidirectional (encoder) model takes each sequence whole, at positions 0, 1, 2, ...")
+        .def_property_readonly("has_output_head", &Model::has_output_head,
+             "Whether the model can generate (encoder-only models cannot).")
+        .def_property_readonly("bidirectional", &Model::bidirectional,
+             "Whether every token attends to its whole sequence (encoders).")
         .def("sample_rows", &sample_rows_py, py::arg("samplers"), py::arg("logits"), py::arg("rows"),
              py::arg("accept") = true,
              "Draw the next token of each row: samplers[i] samples logits[rows[i]] (then accepts it), "
