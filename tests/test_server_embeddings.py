@@ -41,23 +41,23 @@ def test_openai_embeddings_create(bert):
     llm = LLM(str(gguf), n_threads=2, n_ctx=512)
     with LiveServer(gguf, "-c", "512") as srv:
         client = openai.OpenAI(base_url=f"{srv.url}/v1", api_key="unused", max_retries=0, timeout=120)
-        got = client.embeddings.create(model="any", input=TEXTS)           # the client asks for base64
+        got = client.embeddings.create(model=gguf.stem, input=TEXTS)           # the client asks for base64
         vectors = np.array([d.embedding for d in got.data], np.float32)
         assert [d.index for d in got.data] == list(range(len(TEXTS)))
         np.testing.assert_allclose(vectors, llm.embed(TEXTS), atol=1e-6)
         assert cosines(vectors, hf_embeddings(hf, TEXTS)).min() >= 0.9999
         n_tokens = sum(len(llm.tokenize(t)) for t in TEXTS)
         assert got.usage.prompt_tokens == got.usage.total_tokens == n_tokens
-        one = client.embeddings.create(model="any", input=TEXTS[1], encoding_format="float", dimensions=8)
+        one = client.embeddings.create(model=gguf.stem, input=TEXTS[1], encoding_format="float", dimensions=8)
         np.testing.assert_allclose(one.data[0].embedding, llm.embed([TEXTS[1]], dimensions=8)[0], atol=1e-6)
-        ids = client.embeddings.create(model="any", input=[llm.tokenize(TEXTS[0]), llm.tokenize(TEXTS[2])])
+        ids = client.embeddings.create(model=gguf.stem, input=[llm.tokenize(TEXTS[0]), llm.tokenize(TEXTS[2])])
         np.testing.assert_allclose([d.embedding for d in ids.data], llm.embed([TEXTS[0], TEXTS[2]]), atol=1e-6)
         with pytest.raises(openai.BadRequestError, match="more than the 128 this model takes"):
-            client.embeddings.create(model="any", input="word " * 200)
+            client.embeddings.create(model=gguf.stem, input="word " * 200)
         r = httpx.post(f"{srv.url}/v1/embeddings", json={"input": "word " * 200, "truncate": True}, timeout=60)
         assert r.status_code == 200 and len(r.json()["data"][0]["embedding"]) == 64
         with pytest.raises(openai.BadRequestError, match="encoder-only"):
-            client.completions.create(model="any", prompt="hello", max_tokens=2)
+            client.completions.create(model=gguf.stem, prompt="hello", max_tokens=2)
         r = httpx.post(f"{srv.url}/v1/rerank", json={"query": "q", "documents": ["d"]}, timeout=60)
         assert r.status_code == 400 and "not a reranker" in r.json()["error"]["message"]
         assert httpx.get(f"{srv.url}/health").status_code == 200        # still serving
@@ -68,7 +68,7 @@ def test_rerank_over_http(reranker):
     query = "what is the capital of japan?"
     ref = hf_rerank_logits(hf, query, TEXTS)
     with LiveServer(gguf, "-c", "512") as srv:
-        body = {"model": "any", "query": query, "documents": TEXTS, "top_n": 3}
+        body = {"query": query, "documents": TEXTS, "top_n": 3}
         r = httpx.post(f"{srv.url}/v1/rerank", json=body, timeout=60).json()
         assert [x["index"] for x in r["results"]] == list(np.argsort(-ref, kind="stable")[:3])
         for x in r["results"]:
@@ -83,7 +83,7 @@ def test_rerank_over_http(reranker):
 
 
 def test_chat_model_refuses_embeddings():
-    with LiveServer(model_file("smollm2"), "-c", "512") as srv:
+    with LiveServer(model_file("smollm2-135m-q4_1"), "-c", "512") as srv:
         r = httpx.post(f"{srv.url}/v1/embeddings", json={"input": "hello"}, timeout=60)
         assert r.status_code == 400 and "no pooling" in r.json()["error"]["message"]
 
