@@ -46,15 +46,53 @@ def build_bert(out: Path) -> Path:
     config.initializer_range = 0.2      # weights large enough that the layers matter
     tf.BertModel(config, add_pooling_layer=False).save_pretrained(out)
     _tokenizer_files(out)
+    _declare_pooling(out, BERT["hidden_size"], "mean")
+    return out
+
+
+def _declare_pooling(out: Path, hidden: int, mode: str) -> None:
+    """modules.json and 1_Pooling/config.json as sentence-transformers saves them."""
     (out / "modules.json").write_text(json.dumps([
         {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
         {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
         {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}]))
     (out / "1_Pooling").mkdir(exist_ok=True)
     (out / "1_Pooling" / "config.json").write_text(json.dumps(
-        {"word_embedding_dimension": BERT["hidden_size"], "pooling_mode_cls_token": False,
-         "pooling_mode_mean_tokens": True}))
+        {"word_embedding_dimension": hidden, "pooling_mode_cls_token": mode == "cls",
+         "pooling_mode_mean_tokens": mode == "mean", "pooling_mode_lasttoken": mode == "last"}))
+
+
+def build_nomic(out: Path) -> Path:
+    """A tiny random NomicBertModel (transformers' implementation): rotary positions, SwiGLU."""
+    import transformers as tf
+    torch.manual_seed(2)
+    config = tf.NomicBertConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                head_dim=16, vocab_size=30528, max_position_embeddings=512, type_vocab_size=2,
+                                rope_parameters={"rope_type": "default", "rope_theta": 1000.0})
+    # 0.1: at 0.2 the SwiGLU of random weights amplifies Q8_0's rounding past what trained
+    # weights see (cosine 0.9988 on a 3-token text); F32 meets 0.9999 at either.
+    config.initializer_range = 0.1
+    tf.NomicBertModel(config).save_pretrained(out)
+    _tokenizer_files(out)
+    _declare_pooling(out, 64, "mean")
     return out
+
+
+def build_qwen3_embedder(out: Path) -> Path:
+    """A tiny random Qwen3 declaring last-token pooling (Qwen3-Embedding's layout)."""
+    from tiny_checkpoints import build
+    build("qwen3", None, out)
+    _declare_pooling(out, 128, "last")
+    return out
+
+
+def hf_last_token(path: Path, ids: list[list[int]]) -> np.ndarray:
+    """transformers' final (normed) hidden state of each sequence's last token, L2-normalized."""
+    from transformers import AutoModel
+    model = AutoModel.from_pretrained(str(path), dtype=torch.float32).eval()
+    with torch.no_grad():
+        rows = [model(torch.tensor([s])).last_hidden_state[0, -1].double() for s in ids]
+    return torch.nn.functional.normalize(torch.stack(rows), dim=-1).numpy()
 
 
 def build_reranker(out: Path) -> Path:

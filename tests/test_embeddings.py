@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from embed_models import (TEXTS, build_bert, build_reranker, cosines, hf_embeddings, hf_rerank_logits,
-                          hf_tokenizer, minilm_dir)
+from embed_models import (TEXTS, build_bert, build_nomic, build_qwen3_embedder, build_reranker, cosines,
+                          hf_embeddings, hf_last_token, hf_rerank_logits, hf_tokenizer, minilm_dir)
 from localllm import LLM
 from localllm_convert import convert
 
@@ -20,7 +20,8 @@ def _converted(tmp_path_factory, name: str, type_: str):
     if key not in _CACHE:
         if name not in _CACHE:
             base = tmp_path_factory.mktemp(name)
-            _CACHE[name] = {"bert": build_bert, "reranker": build_reranker,
+            _CACHE[name] = {"bert": build_bert, "reranker": build_reranker, "nomic": build_nomic,
+                            "qwen3": build_qwen3_embedder,
                             "minilm": lambda _: minilm_dir()}[name](base)
         out = tmp_path_factory.mktemp("gguf") / f"{name}-{type_}.gguf"
         convert(_CACHE[name], out, type=type_, progress=False)
@@ -127,3 +128,20 @@ def test_real_minilm_matches_sentence_transformers(tmp_path_factory, type_, floo
     # Meaning, not only numbers: the paraphrase is nearer than the unrelated sentence.
     a, b, c = llm.embed(["A man is playing a guitar.", "Someone plays an instrument.", "The stock market fell."])
     assert a @ b > a @ c + 0.2
+
+
+@pytest.mark.parametrize("type_, floor", [("f32", 0.9999), ("q8_0", 0.999)])
+def test_tiny_nomic_bert_matches_transformers(tmp_path_factory, type_, floor):
+    hf_dir, gguf = _converted(tmp_path_factory, "nomic", type_)
+    llm = LLM(str(gguf), n_threads=2, n_ctx=512)
+    assert llm.hparams["arch"] == "nomic-bert" and llm.embedder.pooling == "mean"
+    assert cosines(llm.embed(TEXTS), hf_embeddings(hf_dir, TEXTS, "mean")).min() >= floor
+
+
+@pytest.mark.parametrize("type_, floor", [("f32", 0.9999), ("q8_0", 0.999)])
+def test_qwen3_last_token_pooling_matches_transformers(tmp_path_factory, type_, floor):
+    hf_dir, gguf = _converted(tmp_path_factory, "qwen3", type_)
+    llm = LLM(str(gguf), n_threads=2, n_ctx=512)
+    assert llm.embedder.pooling == "last"               # a decoder embedder (Qwen3-Embedding's layout)
+    ids = [llm.tokenize(t) for t in TEXTS]
+    assert cosines(llm.embed(ids), hf_last_token(hf_dir, ids)).min() >= floor

@@ -58,7 +58,8 @@ class Embedder:
         self.pooling: str = _POOLING_NAMES[value]
         # Learned absolute positions (bert) end at the model's trained context.
         limit = llm.n_ctx
-        if self._model.bidirectional and llm.gguf.tensor("position_embd.weight") is not None:
+        names = {t.name for t in llm.gguf.tensors}
+        if self._model.bidirectional and "position_embd.weight" in names:
             limit = min(limit, hp["n_ctx_train"])
         self.max_tokens: int = limit
         self._head: tuple[np.ndarray, ...] | None = None
@@ -191,11 +192,12 @@ class Embedder:
             from . import quants
             gguf = self._llm.gguf
             parts = []
+            names = {t.name for t in gguf.tensors}
             for name in ("cls.weight", "cls.bias", "cls.output.weight", "cls.output.bias"):
-                t = gguf.tensor(name)
-                if t is None:
+                if name not in names:
                     raise EmbeddingError(f"this model has rank pooling but no classification head ({name} is "
                                          f"missing)")
+                t = gguf.tensor(name)
                 parts.append(quants.dequantize(gguf.tensor_data(name), t.type, tuple(reversed(t.shape))))
             self._head = tuple(p.astype(np.float64) for p in parts)
         return self._head

@@ -15,11 +15,9 @@ from typing import Any
 
 from ..checkpoint import CheckpointError
 from ..vocab import TokenType, Vocab, VocabError, load_special_tokens
-from .base import ArchConverter, HParams, _int, register
+from .base import ArchConverter, HParams, _int, register, sentence_transformers_pooling
 
-__all__ = ["BertConverter", "POOLING_TYPES", "sentence_transformers_pooling"]
-
-POOLING_TYPES = {"none": 0, "mean": 1, "cls": 2, "last": 3, "rank": 4}
+__all__ = ["BertConverter", "load_wordpiece_vocab"]
 
 _LAYER_TENSORS = {
     "attention.self.query.weight": "attn_q.weight", "attention.self.query.bias": "attn_q.bias",
@@ -45,25 +43,6 @@ _CLASSIFIER_TENSORS = {
 }
 
 
-def sentence_transformers_pooling(ckpt) -> str | None:
-    """The pooling a sentence-transformers checkpoint declares (None when it declares none)."""
-    modules = ckpt.json("modules.json")
-    if not isinstance(modules, list):
-        return None
-    for module in modules:
-        if isinstance(module, dict) and str(module.get("type", "")).endswith("models.Pooling"):
-            config = ckpt.json(f"{module.get('path', '')}/config.json") or {}
-            if config.get("pooling_mode_cls_token"):
-                return "cls"
-            if config.get("pooling_mode_mean_tokens"):
-                return "mean"
-            if config.get("pooling_mode_lasttoken"):
-                return "last"
-            raise CheckpointError(f"{module.get('path')}/config.json: a pooling mode other than cls, mean "
-                                  f"or last token is not supported: {config}")
-    return None
-
-
 @register("BertModel", "BertForSequenceClassification")
 class BertConverter(ArchConverter):
     gguf_arch = "bert"
@@ -86,7 +65,7 @@ class BertConverter(ArchConverter):
                        vocab_size=_int(c, "vocab_size"), n_ctx=_int(c, "max_position_embeddings"),
                        rms_eps=float(c.get("layer_norm_eps", 1e-12)))
 
-    def pooling(self) -> str:
+    def pooling(self) -> str | None:
         if self.classifier:
             return "rank"
         return sentence_transformers_pooling(self.ckpt) or "cls"
@@ -100,7 +79,6 @@ class BertConverter(ArchConverter):
         w.add_head_count(hp.n_head)
         w.add_layer_norm_eps(hp.rms_eps)
         w.add_bool(f"{a}.attention.causal", False)
-        w.add_uint32(f"{a}.pooling_type", POOLING_TYPES[self.pooling()])
         if self.classifier:
             labels = self.config.get("id2label") or {}
             w.add_array(f"{a}.classifier.output_labels", [str(labels[k]) for k in sorted(labels, key=int)])
