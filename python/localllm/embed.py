@@ -18,6 +18,7 @@ steps run between the forwards of a long embedding request rather than waiting f
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -33,6 +34,7 @@ __all__ = ["POOLING_TYPES", "Embedder", "EmbeddingError"]
 # llama.cpp's enum llama_pooling_type, the numbers {arch}.pooling_type holds.
 POOLING_TYPES = {"none": 0, "mean": 1, "cls": 2, "last": 3, "rank": 4}
 _POOLING_NAMES = {v: k for k, v in POOLING_TYPES.items()}
+_BLOCK_WAIT_S = 60.0     # how long a forward waits for KV blocks that generation holds
 
 
 class EmbeddingError(ValueError):
@@ -111,16 +113,25 @@ class Embedder:
         return ids, types
 
     # ---- forwards ----
+    def _blocks(self, n_tokens: int) -> int:
+        return -(-n_tokens // self._llm.engine.pool.block_size)
+
     def _batches(self, lengths: Sequence[int]) -> list[list[int]]:
-        """Sequence indices packed in order into forwards of up to n_batch tokens."""
+        """Sequence indices packed in order into forwards of up to n_batch tokens whose KV
+        blocks fit in the pool (a sequence longer than n_batch goes alone)."""
+        pool = self._llm.engine.pool
+        if any(self._blocks(n) > pool.capacity for n in lengths):
+            raise EmbeddingError(f"an input needs more KV blocks than the pool has ({pool.capacity}); raise n_ctx")
         batches: list[list[int]] = []
-        used = 0
+        used = blocks = 0
         for i, n in enumerate(lengths):
-            if not batches or used + n > self._llm.n_batch:
+            b = self._blocks(n)
+            if not batches or used + n > self._llm.n_batch or blocks + b > pool.capacity:
                 batches.append([])
-                used = 0
+                used = blocks = 0
             batches[-1].append(i)
             used += n
+            blocks += b
         return batches
 
     def hidden(self, seqs: Sequence[list[int]], pooling: str,
@@ -149,19 +160,30 @@ class Embedder:
 
     def _forward(self, batch, seqs, tokens, positions, seq_of, rows, token_types) -> np.ndarray:
         engine = self._llm.engine
-        with engine.lock:                  # the pool and model are shared with the engine
-            tables = [BlockTable(engine.pool) for _ in batch]
-            try:
-                for t, i in zip(tables, batch):
-                    t.ensure(len(seqs[i]))
-                width = max(len(t.blocks) for t in tables)
-                block_tables = np.zeros((len(batch), width), np.int32)
-                for j, t in enumerate(tables):
-                    block_tables[j, :len(t.blocks)] = t.blocks
-                return self._model.forward_hidden(tokens, positions, seq_of, block_tables, rows, token_types)
-            finally:
-                for t in tables:
-                    t.free()
+        need = sum(self._blocks(len(seqs[i])) for i in batch)
+        deadline = time.monotonic() + _BLOCK_WAIT_S
+        while True:
+            with engine.lock:              # the pool and model are shared with the engine
+                if engine.pool.num_free >= need:
+                    return self._forward_locked(batch, seqs, tokens, positions, seq_of, rows, token_types)
+            if time.monotonic() > deadline:   # generation holds the blocks: wait for some to free
+                raise EmbeddingError(f"the KV pool stayed busy for {_BLOCK_WAIT_S:.0f} s ({need} blocks needed, "
+                                     f"{engine.pool.num_free} free)")
+            time.sleep(0.005)
+
+    def _forward_locked(self, batch, seqs, tokens, positions, seq_of, rows, token_types) -> np.ndarray:
+        tables = [BlockTable(self._llm.engine.pool) for _ in batch]
+        try:
+            for t, i in zip(tables, batch):
+                t.ensure(len(seqs[i]))
+            width = max(len(t.blocks) for t in tables)
+            block_tables = np.zeros((len(batch), width), np.int32)
+            for j, t in enumerate(tables):
+                block_tables[j, :len(t.blocks)] = t.blocks
+            return self._model.forward_hidden(tokens, positions, seq_of, block_tables, rows, token_types)
+        finally:
+            for t in tables:
+                t.free()
 
     # ---- results ----
     def embed(self, inputs: Sequence[str | Sequence[int]], normalize: bool = True, dimensions: int | None = None,
