@@ -145,3 +145,24 @@ def test_qwen3_last_token_pooling_matches_transformers(tmp_path_factory, type_, 
     assert llm.embedder.pooling == "last"               # a decoder embedder (Qwen3-Embedding's layout)
     ids = [llm.tokenize(t) for t in TEXTS]
     assert cosines(llm.embed(ids), hf_last_token(hf_dir, ids)).min() >= floor
+
+
+def test_embeddings_ride_beside_generation_unchanged():
+    """A decoder serving both: embeddings computed in the same forwards as a greedy generation
+    equal those computed alone, and the generated text equals the text generated alone."""
+    import threading
+
+    from conftest import model_file
+    llm = LLM(str(model_file("smollm2-135m-q4_1")), n_threads=2, n_ctx=1024)
+    alone_vectors = llm.embed(TEXTS, pooling="mean")
+    alone_text = llm.generate("Write about rivers.", max_tokens=48, temperature=0).text
+    steps_before = llm.engine.stats.steps
+    got: dict = {}
+    gen = threading.Thread(target=lambda: got.update(
+        text=llm.generate("Write about rivers.", max_tokens=48, temperature=0).text))
+    gen.start()
+    vectors = [llm.embed([t], pooling="mean")[0] for t in TEXTS * 3]
+    gen.join()
+    assert got["text"] == alone_text
+    np.testing.assert_allclose(np.array(vectors[:len(TEXTS)]), alone_vectors, rtol=1e-5, atol=1e-6)
+    assert llm.engine.stats.steps - steps_before < 48 + 3 * len(TEXTS)    # some forwards carried both

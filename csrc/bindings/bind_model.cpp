@@ -142,6 +142,27 @@ static py::array_t<float> forward_hidden(Model& m, I32 tokens, I32 positions, I3
     return hidden;
 }
 
+// Model.forward_mixed: logits of output_rows and hidden states of hidden_rows from one forward.
+static py::tuple forward_mixed(Model& m, I32 tokens, I32 positions, I32 seq_of_token, I32 block_tables,
+                               I32 output_rows, I32 hidden_rows) {
+    const Batch b = make_batch(m, tokens, positions, seq_of_token, block_tables, output_rows);
+    if (hidden_rows.ndim() != 1) throw std::invalid_argument("hidden_rows must be 1-D");
+    const int64_t n_hidden = hidden_rows.shape(0);
+    for (int64_t r = 0; r < n_hidden; ++r)
+        if (hidden_rows.data()[r] < 0 || hidden_rows.data()[r] >= b.n_tokens)
+            throw std::invalid_argument("hidden row " + std::to_string(hidden_rows.data()[r]) + " out of range");
+    py::array_t<float> logits({b.n_out, (int64_t)m.hparams().n_vocab});
+    py::array_t<float> hidden({n_hidden, (int64_t)m.hparams().n_embd});
+    float* lp = logits.mutable_data();
+    float* hp = hidden.mutable_data();
+    {
+        ModelInUse guard(m, "forward_mixed");
+        py::gil_scoped_release release;
+        m.forward_mixed(b, lp, hidden_rows.data(), n_hidden, hp);
+    }
+    return py::make_tuple(logits, hidden);
+}
+
 // Model.sample_rows: one draw per row on the model's threads (see lll::sample_rows); the
 // engine's step samples all its sequences with one call instead of one call (and one GIL
 // hand-over) per sequence.
@@ -284,6 +305,10 @@ void register_model(py::module_& m) {
              "Run one batch; returns the final hidden states float32 [len(output_rows), n_embd] (after the "
              "output norm where the model has one). token_types: each token's segment (encoders; default 0). "
              "A bidirectional (encoder) model takes each sequence whole, at positions 0, 1, 2, ...")
+        .def("forward_mixed", &forward_mixed, py::arg("tokens"), py::arg("positions"), py::arg("seq_of_token"),
+             py::arg("block_tables"), py::arg("output_rows"), py::arg("hidden_rows"),
+             "One forward giving (logits [len(output_rows), n_vocab], hidden states [len(hidden_rows), n_embd]): "
+             "generation and embeddings in the same batch (a model with an output head).")
         .def_property_readonly("has_output_head", &Model::has_output_head,
              "Whether the model can generate (encoder-only models cannot).")
         .def_property_readonly("bidirectional", &Model::bidirectional,

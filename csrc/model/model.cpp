@@ -175,12 +175,15 @@ const Batch& Model::bidirectional_view(const Batch& b) {
     return v.batch;
 }
 
-void Model::forward(const Batch& b, float* logits) {
+void Model::forward(const Batch& b, float* logits) { forward_mixed(b, logits, nullptr, 0, nullptr); }
+
+void Model::forward_mixed(const Batch& b, float* logits, const int32_t* hidden_rows, int64_t n_hidden, float* hidden) {
     if (!has_output_head())
         throw std::invalid_argument(hp_.arch + " is an encoder-only model: it has no output head to generate "
                                     "tokens with (use it for embeddings)");
     Backend* out = run_layers(b);
-    out->output_head(out->scratch().x, b, w_.output_norm, hp_.norm_eps, w_.output, logits);
+    if (n_hidden > 0) copy_hidden(*out, b, hidden_rows, n_hidden, hidden);   // before the head reuses scratch h
+    if (b.n_out > 0) out->output_head(out->scratch().x, b, w_.output_norm, hp_.norm_eps, w_.output, logits);
     out->sync();
     if (hp_.final_softcap > 0.0f)   // llama.cpp's order: scale by 1/cap, tanh, scale by cap
         for (int64_t i = 0; i < b.n_out * (int64_t)hp_.n_vocab; ++i)
@@ -188,16 +191,19 @@ void Model::forward(const Batch& b, float* logits) {
 }
 
 void Model::forward_hidden(const Batch& b, float* out) {
-    const int64_t T = b.n_tokens, D = hp_.n_embd;
     Backend* be = run_layers(b);
-    const float* x = be->scratch().x;
+    copy_hidden(*be, b, b.output_rows, b.n_out, out);
+}
+
+void Model::copy_hidden(Backend& be, const Batch& b, const int32_t* rows, int64_t n, float* out) {
+    const int64_t T = b.n_tokens, D = hp_.n_embd;
+    const float* x = be.scratch().x;
     if (w_.output_norm.present()) {
-        be->rms_norm(x, w_.output_norm, be->scratch().h, T, D, hp_.norm_eps);
-        x = be->scratch().h;
+        be.rms_norm(x, w_.output_norm, be.scratch().h, T, D, hp_.norm_eps);
+        x = be.scratch().h;
     }
-    for (int64_t r = 0; r < b.n_out; ++r)
-        be->to_host(out + r * D, x + (int64_t)b.output_rows[r] * D, (size_t)D * sizeof(float));
-    be->sync();
+    for (int64_t r = 0; r < n; ++r) be.to_host(out + r * D, x + (int64_t)rows[r] * D, (size_t)D * sizeof(float));
+    be.sync();
 }
 
 }  // namespace lll

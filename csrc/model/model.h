@@ -188,6 +188,9 @@ public:
     // Runs the batch; writes the n_out rows' final hidden states [n_out, n_embd] to `out` (host):
     // after the output norm where the model has one (decoders), the last layer's output else.
     void forward_hidden(const Batch& batch, float* out);
+    // Both in one forward (the engine's steps that carry generation and embeddings): logits of
+    // b.output_rows, and the final hidden states of hidden_rows [n_hidden] into hidden (host).
+    void forward_mixed(const Batch& batch, float* logits, const int32_t* hidden_rows, int64_t n_hidden, float* hidden);
     // Whether the model can generate (has an output head): encoders cannot.
     bool has_output_head() const { return w_.output.present(); }
     bool bidirectional() const { return arch_->bidirectional; }
@@ -214,6 +217,8 @@ private:
     void move_activations(Backend& from, Backend& to, int64_t n);
     // Embedding and layers; returns the backend whose scratch x holds the last layer's output.
     Backend* run_layers(const Batch& b);
+    // The final hidden states of `rows` (after the output norm where there is one) to host `out`.
+    void copy_hidden(Backend& be, const Batch& b, const int32_t* rows, int64_t n, float* out);
     // For bidirectional architectures: b with each token its own one-token sequence placed at
     // its sequence's last position, so causal attention over [0, pos] sees the whole sequence.
     const Batch& bidirectional_view(const Batch& b);

@@ -1,10 +1,10 @@
 """Embeddings and reranking: pooled hidden states of many texts, packed into few forwards.
 
 `Embedder` serves `LLM.embed` / `LLM.rerank` (and through them the server's /v1/embeddings and
-/v1/rerank and `localllm embed`). Texts are tokenized, packed whole into forwards of up to
-`n_batch` tokens (a longer text goes alone), each sequence at positions 0.. with its own KV
-blocks; `_core.Model.forward_hidden` returns the final hidden states of the rows pooling needs,
-pooled here:
+/v1/rerank and `localllm embed`). Texts are tokenized, packed whole into the engine's steps
+(`localllm.engine.embedding_jobs`: up to `n_batch` tokens, beside the step's generation, a longer
+text alone), each sequence at positions 0.. with its own KV blocks for its forward; the model
+returns the final hidden states of the rows pooling needs, pooled there:
 
 * ``mean``: the average of a text's token states (sentence-transformers' mean pooling);
 * ``cls``: the first token's state; ``last``: the last token's (decoder embedders, Qwen3-Embedding);
@@ -13,8 +13,7 @@ pooled here:
 * ``none``: no pooling, which has no single vector per text and is refused.
 
 The pooling comes from the GGUF's ``{arch}.pooling_type`` (llama.cpp's numbers) and can be
-overridden per call. Each forward takes the engine's lock on its own, so a server's generation
-steps run between the forwards of a long embedding request rather than waiting for all of it.
+overridden per call.
 """
 from __future__ import annotations
 
@@ -24,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .engine.kv_blocks import BlockTable
+from .engine.embedding_jobs import EmbeddingJob
 
 if TYPE_CHECKING:
     from .llm import LLM
@@ -34,7 +33,7 @@ __all__ = ["POOLING_TYPES", "Embedder", "EmbeddingError"]
 # llama.cpp's enum llama_pooling_type, the numbers {arch}.pooling_type holds.
 POOLING_TYPES = {"none": 0, "mean": 1, "cls": 2, "last": 3, "rank": 4}
 _POOLING_NAMES = {v: k for k, v in POOLING_TYPES.items()}
-_BLOCK_WAIT_S = 60.0     # how long a forward waits for KV blocks that generation holds
+_BLOCK_WAIT_S = 60.0     # how long embeddings wait, without progress, for KV blocks generation holds
 
 
 class EmbeddingError(ValueError):
@@ -112,78 +111,36 @@ class Embedder:
         types = [0] * len(head) + [1 if self.n_type > 1 else 0] * (len(d) + 1)
         return ids, types
 
-    # ---- forwards ----
-    def _blocks(self, n_tokens: int) -> int:
-        return -(-n_tokens // self._llm.engine.pool.block_size)
-
-    def _batches(self, lengths: Sequence[int]) -> list[list[int]]:
-        """Sequence indices packed in order into forwards of up to n_batch tokens whose KV
-        blocks fit in the pool (a sequence longer than n_batch goes alone)."""
-        pool = self._llm.engine.pool
-        if any(self._blocks(n) > pool.capacity for n in lengths):
-            raise EmbeddingError(f"an input needs more KV blocks than the pool has ({pool.capacity}); raise n_ctx")
-        batches: list[list[int]] = []
-        used = blocks = 0
-        for i, n in enumerate(lengths):
-            b = self._blocks(n)
-            if not batches or used + n > self._llm.n_batch or blocks + b > pool.capacity:
-                batches.append([])
-                used = blocks = 0
-            batches[-1].append(i)
-            used += n
-            blocks += b
-        return batches
-
+    # ---- forwards (through the engine's steps) ----
     def hidden(self, seqs: Sequence[list[int]], pooling: str,
                types: Sequence[list[int]] | None = None) -> np.ndarray:
-        """The pooled final hidden state of each sequence, float32 [n, n_embd]."""
-        out = np.empty((len(seqs), self.n_embd), np.float32)
-        for batch in self._batches([len(s) for s in seqs]):
-            tokens = np.concatenate([np.asarray(seqs[i], np.int32) for i in batch])
-            positions = np.concatenate([np.arange(len(seqs[i]), dtype=np.int32) for i in batch])
-            seq_of = np.concatenate([np.full(len(seqs[i]), j, np.int32) for j, i in enumerate(batch)])
-            starts = np.cumsum([0] + [len(seqs[i]) for i in batch])
-            if pooling == "mean":
-                rows = np.arange(len(tokens), dtype=np.int32)
-            elif pooling == "last":
-                rows = (starts[1:] - 1).astype(np.int32)
-            else:   # cls, rank
-                rows = starts[:-1].astype(np.int32)
-            tt = None if types is None else np.concatenate([np.asarray(types[i], np.int32) for i in batch])
-            h = self._forward(batch, seqs, tokens, positions, seq_of, rows, tt)
-            if pooling == "mean":
-                for j, i in enumerate(batch):
-                    out[i] = h[starts[j]:starts[j + 1]].mean(axis=0, dtype=np.float64)
-            else:
-                out[batch] = h
-        return out
-
-    def _forward(self, batch, seqs, tokens, positions, seq_of, rows, token_types) -> np.ndarray:
+        """The pooled final hidden state of each sequence, float32 [n, n_embd]: one job the
+        engine's steps run (engine/embedding_jobs.py), beside any generation."""
         engine = self._llm.engine
-        need = sum(self._blocks(len(seqs[i])) for i in batch)
-        deadline = time.monotonic() + _BLOCK_WAIT_S
-        while True:
-            with engine.lock:              # the pool and model are shared with the engine
-                if engine.pool.num_free >= need:
-                    return self._forward_locked(batch, seqs, tokens, positions, seq_of, rows, token_types)
-            if time.monotonic() > deadline:   # generation holds the blocks: wait for some to free
-                raise EmbeddingError(f"the KV pool stayed busy for {_BLOCK_WAIT_S:.0f} s ({need} blocks needed, "
-                                     f"{engine.pool.num_free} free)")
-            time.sleep(0.005)
-
-    def _forward_locked(self, batch, seqs, tokens, positions, seq_of, rows, token_types) -> np.ndarray:
-        tables = [BlockTable(self._llm.engine.pool) for _ in batch]
-        try:
-            for t, i in zip(tables, batch):
-                t.ensure(len(seqs[i]))
-            width = max(len(t.blocks) for t in tables)
-            block_tables = np.zeros((len(batch), width), np.int32)
-            for j, t in enumerate(tables):
-                block_tables[j, :len(t.blocks)] = t.blocks
-            return self._model.forward_hidden(tokens, positions, seq_of, block_tables, rows, token_types)
-        finally:
-            for t in tables:
-                t.free()
+        pool = engine.pool
+        for i, s in enumerate(seqs):
+            if -(-len(s) // pool.block_size) > pool.capacity:
+                raise EmbeddingError(f"input {i} needs more KV blocks than the pool has ({pool.capacity}); "
+                                     f"raise n_ctx")
+        job = EmbeddingJob([list(s) for s in seqs], "cls" if pooling == "rank" else pooling,
+                           np.empty((len(seqs), self.n_embd), np.float32), None if types is None else list(types))
+        if not seqs:
+            return job.out
+        engine.submit_embedding(job)
+        loop = engine.loop_running               # else this thread steps the engine itself
+        seen, deadline = -1, time.monotonic() + _BLOCK_WAIT_S
+        while not job.done.is_set():
+            if not (not loop and engine.step()):
+                job.done.wait(0.05 if loop else 0.005)
+            if job.next != seen:
+                seen, deadline = job.next, time.monotonic() + _BLOCK_WAIT_S
+            elif time.monotonic() > deadline and not job.done.is_set():
+                engine.embeddings.cancel(job, EmbeddingError("gave up waiting for KV blocks"))
+                raise EmbeddingError(f"no KV blocks came free for this input in {_BLOCK_WAIT_S:.0f} s "
+                                     f"(generation holds the pool)")
+        if job.error is not None:
+            raise job.error
+        return job.out
 
     # ---- results ----
     def embed(self, inputs: Sequence[str | Sequence[int]], normalize: bool = True, dimensions: int | None = None,
