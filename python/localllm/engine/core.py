@@ -182,9 +182,10 @@ class Engine:
         self._loop_thread: Optional[threading.Thread] = None
         self._stopping = False
         self.proposer = proposer
-        # Embedding jobs ride in the steps (embedding_jobs.py): while generation runs they take
-        # at most an eighth of a step's budget.
-        self.embeddings = EmbeddingQueue(self.pool, share=max(16, max_batch_tokens // 8))
+        # Embedding jobs ride in the steps (embedding_jobs.py): while generation runs they add
+        # one sequence (or up to 16 tokens) to a step, which keeps a decode step's growth to about
+        # what one short text costs (docs/embeddings.md has the measured trade).
+        self.embeddings = EmbeddingQueue(self.pool, share=16)
 
     # ---- requests ----
     def check_request(self, prompt_ids: Seq[int], max_tokens: int) -> None:
