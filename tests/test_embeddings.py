@@ -166,3 +166,25 @@ def test_embeddings_ride_beside_generation_unchanged():
     assert got["text"] == alone_text
     np.testing.assert_allclose(np.array(vectors[:len(TEXTS)]), alone_vectors, rtol=1e-5, atol=1e-6)
     assert llm.engine.stats.steps - steps_before < 48 + 3 * len(TEXTS)    # some forwards carried both
+
+
+def test_bad_calls_into_the_encoder_are_clear_errors(tiny_bert):
+    """The native entry points refuse what would index out of bounds, naming the problem."""
+    _, gguf = tiny_bert("f32")
+    llm = LLM(str(gguf), n_threads=1, n_ctx=512)
+    model, table = llm._model, np.array([[1, 2]], np.int32)
+    ids = np.array([101, 7592, 102], np.int32)
+    with pytest.raises(ValueError, match="each sequence must be given whole"):
+        model.forward_hidden(ids, np.array([3, 4, 5], np.int32), np.zeros(3, np.int32), table,
+                             np.array([0], np.int32))
+    with pytest.raises(ValueError, match="token type 7 out of range"):
+        model.forward_hidden(ids, np.arange(3, dtype=np.int32), np.zeros(3, np.int32), table,
+                             np.array([0], np.int32), np.array([0, 7, 0], np.int32))
+    with pytest.raises(ValueError, match="encoder-only"):
+        model.forward(ids, np.arange(3, dtype=np.int32), np.zeros(3, np.int32), table, np.array([2], np.int32))
+    with pytest.raises(ValueError, match="token ids out of range"):
+        llm.embed([[5, 10**6]])
+    with pytest.raises(ValueError, match="empty"):
+        llm.embed([[]])
+    assert llm.embed([]).shape == (0, 64)
+    assert llm.embed(TEXTS[:2]).shape == (2, 64)            # still serving after the refusals

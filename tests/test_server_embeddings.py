@@ -60,6 +60,12 @@ def test_openai_embeddings_create(bert):
             client.completions.create(model=gguf.stem, prompt="hello", max_tokens=2)
         r = httpx.post(f"{srv.url}/v1/rerank", json={"query": "q", "documents": ["d"]}, timeout=60)
         assert r.status_code == 400 and "not a reranker" in r.json()["error"]["message"]
+        for bad, what in (({"input": []}, "input is empty"), ({"input": [1, "a"]}, "input"),
+                          ({"input": "x", "dimensions": 0}, "dimensions"), ({"input": "x", "dimensions": 65}, "65"),
+                          ({"input": "x", "encoding_format": "int8"}, "encoding_format"),
+                          ({"input": [[1, 10**7]]}, "out of range"), ({"input": ["x"] * 2049}, "at most 2048")):
+            r = httpx.post(f"{srv.url}/v1/embeddings", json=bad, timeout=60)
+            assert r.status_code == 400 and what in r.text, (bad, r.text)
         assert httpx.get(f"{srv.url}/health").status_code == 200        # still serving
 
 
