@@ -132,8 +132,8 @@ class Embedder:
         while not job.done.is_set():
             if not (not loop and engine.step()):
                 job.done.wait(0.05 if loop else 0.005)
-            if job.next != seen:
-                seen, deadline = job.next, time.monotonic() + _BLOCK_WAIT_S
+            if (job.next, job.pos) != seen:
+                seen, deadline = (job.next, job.pos), time.monotonic() + _BLOCK_WAIT_S
             elif time.monotonic() > deadline and not job.done.is_set():
                 engine.embeddings.cancel(job, EmbeddingError("gave up waiting for KV blocks"))
                 raise EmbeddingError(f"no KV blocks came free for this input in {_BLOCK_WAIT_S:.0f} s "

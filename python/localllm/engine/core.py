@@ -141,6 +141,10 @@ class _Request:
     speculate: bool = False               # the engine's proposer drafts tokens for it
 
 
+# Embedding tokens a step that runs generation carries: a few rows more in each decode step.
+EMBED_SHARE = 8
+
+
 class Engine:
     """Continuous batching over one `_core.Model` and its paged KV cache.
 
@@ -183,9 +187,8 @@ class Engine:
         self._stopping = False
         self.proposer = proposer
         # Embedding jobs ride in the steps (embedding_jobs.py): while generation runs they add
-        # one sequence (or up to 16 tokens) to a step, which keeps a decode step's growth to about
-        # what one short text costs (docs/embeddings.md has the measured trade).
-        self.embeddings = EmbeddingQueue(self.pool, share=16)
+        # at most EMBED_SHARE tokens to a step (docs/embeddings.md has the measured trade).
+        self.embeddings = EmbeddingQueue(self.pool, share=EMBED_SHARE, chunked=not model.bidirectional)
 
     # ---- requests ----
     def check_request(self, prompt_ids: Seq[int], max_tokens: int) -> None:
