@@ -103,3 +103,17 @@ def test_cli_embed_prints_json(bert):
     llm = LLM(str(gguf), n_threads=2)
     np.testing.assert_allclose([r["embedding"] for r in rows], llm.embed(TEXTS[:2]), atol=1e-6)
     assert [r["text"] for r in rows] == TEXTS[:2]
+
+
+def test_cli_embed_query_reranks(reranker):
+    hf, gguf = reranker
+    query = "what is the capital of japan?"
+    out = subprocess.run([sys.executable, "-m", "localllm_cli", "embed", "-m", str(gguf), "-t", "2", "--query", query,
+                          *TEXTS[:4]], env=package_env(), capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    results = json.loads(out.stdout)["results"]
+    ref = hf_rerank_logits(hf, query, TEXTS[:4])
+    assert [r["index"] for r in results] == list(np.argsort(-ref, kind="stable"))
+    bad = subprocess.run([sys.executable, "-m", "localllm_cli", "embed", "-m", str(gguf), "-t", "2", "x"],
+                         env=package_env(), capture_output=True, text=True, timeout=300)
+    assert bad.returncode != 0 and "reranker" in bad.stderr
