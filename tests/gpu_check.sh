@@ -32,9 +32,13 @@ echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-), $(nproc) threa
 grep -o -w -E "avx512f|avx512_vnni|avx512vbmi|amx_int8|avx2" /proc/cpuinfo | sort -u | tr "\n" " "; echo
 python3 -c "import sys, numpy, pytest, pybind11; print('python', sys.version.split()[0], 'numpy', numpy.__version__)"
 
-section build with CUDA for sm_90
+section "build with CUDA for sm_90 (and Vulkan where the headers and shaders are here)"
+vk_args=()   # the machine's own Vulkan headers and glslc (AUTO), else build/vulkan-kit (tests/vulkan_kit.sh)
+if [ -d build/vulkan-kit ] && ! command -v glslc > /dev/null; then
+  vk_args=(-DLOCALLLM_VULKAN_INCLUDE_DIR="$PWD/build/vulkan-kit/include" -DLOCALLLM_VULKAN_SPIRV="$PWD/build/vulkan-kit/spirv_blobs.cpp")
+fi
 cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOCALLLM_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-  -DLOCALLLM_INPLACE=ON -Dpybind11_DIR="$(python3 -m pybind11 --cmakedir)" > "$OUT/cmake.log" 2>&1 \
+  -DLOCALLLM_INPLACE=ON -Dpybind11_DIR="$(python3 -m pybind11 --cmakedir)" "${vk_args[@]}" > "$OUT/cmake.log" 2>&1 \
   || { tail -n 20 "$OUT/cmake.log"; exit 1; }
 timeout 300 ninja -C build/gpu > "$OUT/build.log" 2>&1 \
   || { echo "build failed or passed 300 s:"; grep -E -A5 "error|FAILED" "$OUT/build.log" | head -n 60; tail -n 5 "$OUT/build.log"; exit 1; }
@@ -84,6 +88,23 @@ hook "engine on the GPU: 16 sequences, prefix caching, preemption, no leaked blo
 hook "plan against the measured device allocation" \
   python3 -m pytest -q -s -p no:cacheprovider tests/test_gpu_models.py -k plan
 hook "bench -ngl all and half, pp512 / tg128" bash benchmarks/gpu_bench.sh
+
+# ---- The Vulkan backend on the same GPU, where the build has it and the driver offers a GPU.
+section "Vulkan"
+vk_gpu=$(python3 -c "from localllm import _core
+print(next((d['index'] for d in _core.vulkan_devices() if d['usable'] and d['type'] != 'cpu'), '')
+      if getattr(_core, 'vulkan_compiled', False) else '')" 2>/dev/null)
+if [ -z "$vk_gpu" ]; then
+  python3 -c "from localllm import _core; print('not run:', 'no Vulkan backend in this build (no headers/glslc, no build/vulkan-kit)' if not getattr(_core, 'vulkan_compiled', False) else _core.vulkan_unavailable_reason() or 'no Vulkan GPU')"
+else
+  python3 -m localllm_cli info --devices
+  LOCALLLM_REQUIRE_VULKAN=1 timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_vulkan_ops.py \
+    tests/test_vulkan_devices.py 2>&1 | tail -n 15 || status=1
+  hook "models on Vulkan (agreement, perplexity, plan, engine, server)" env LOCALLLM_REQUIRE_VULKAN=1 \
+    python3 -m pytest -q -p no:cacheprovider tests/test_vulkan_model.py tests/test_vulkan_engine.py
+  hook "bench on Vulkan -ngl all, pp512 / tg128" python3 -m localllm_cli bench -m "$(ls build/gpu-models/*.gguf | head -n 1)" \
+    -p 512 -n 128 -r 2 -ngl all --device "vulkan:$vk_gpu"
+fi
 
 section "done: status $status"
 exit $status

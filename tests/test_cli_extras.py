@@ -79,3 +79,26 @@ def test_convert_help_lists_the_presets():
     proc = without_extras("convert", "--help")
     listed = re.findall(r"\b(?:f32|f16|bf16|q\d_\w+|iq\d_\w+)\b", " ".join(proc.stdout.split()))
     assert sorted(set(listed)) == sorted(PRESETS)
+
+
+def test_run_json_schema_and_grammar_files(tmp_path):
+    import json
+
+    import jsonschema
+    from conftest import model_file, package_env
+    schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20},
+                                               "population": {"type": "integer"}},
+              "required": ["city", "population"], "additionalProperties": False}
+    (tmp_path / "s.json").write_text(json.dumps(schema))
+    (tmp_path / "g.gbnf").write_text('root ::= "yes" | "no"\n')
+    base = [sys.executable, "-m", "localllm_cli", "run", "-m", str(model_file("smollm2-135m-q4_1")), "--temp", "0",
+            "-n", "100", "-p", "The largest city of France as JSON:"]
+    out = subprocess.run(base + ["--json-schema", str(tmp_path / "s.json")], capture_output=True, text=True,
+                         env=package_env(), timeout=300, check=True).stdout
+    jsonschema.validate(json.loads(out), schema)
+    out = subprocess.run(base + ["--grammar", str(tmp_path / "g.gbnf")], capture_output=True, text=True,
+                         env=package_env(), timeout=300, check=True).stdout
+    assert out.strip() in ("yes", "no")
+    bad = subprocess.run(base + ["--grammar", str(tmp_path / "s.json")], capture_output=True, text=True,
+                         env=package_env(), timeout=300)
+    assert bad.returncode != 0 and "grammar" in bad.stderr

@@ -99,3 +99,16 @@ def test_core_does_not_link_the_vulkan_loader():
     if out.returncode != 0:
         pytest.skip("ldd unavailable")
     assert "libvulkan" not in out.stdout
+
+
+def test_cli_device_numbers():
+    """`--device vulkan:N` takes device N of `info --devices`; a malformed one is a usage error."""
+    from conftest import model_file
+    number = _core.resolve_device("Vulkan")[1]
+    if number < 0:
+        pytest.skip("no Vulkan device")
+    path = str(model_file("smollm2-135m-q4_1"))
+    proc = run_cli("info", path, "--plan", "-ngl", "all", "--device", f"vulkan:{number}")
+    assert proc.returncode == 0 and "Vulkan" in proc.stdout, proc.stdout + proc.stderr
+    bad = run_cli("run", "-m", path, "-p", "Hi", "--device", "vulkan:one")
+    assert bad.returncode == 2 and "device must be one of" in bad.stderr and "Traceback" not in bad.stderr

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -142,17 +143,43 @@ def test_teacher_forced_agreement_with_cpu(smollm2, cpu_llm, ngl):
     assert agreement >= 0.95 and all(m < 0.5 for m in margins), (agreement, margins)
 
 
-def test_vulkan_device_is_offered_by_the_registry():
-    """With a device admitted, auto placement prefers CUDA, then Vulkan (this machine: no CUDA)."""
-    _core.set_offload_device("Vulkan")
-    try:
-        assert _core.offload_device() == "Vulkan"
-        assert _core.vulkan_device_count() == 1 and _core.vulkan_free_memory() > 0
-        assert _core.vulkan_device_name()
-    finally:
-        _core.set_offload_device("")
+def test_device_strings_resolve_through_the_registry():
+    """'Vulkan' names the backend's default device (lavapipe here: named, a CPU implementation
+    counts), 'Vulkan:N' a listed one; the automatic choice never takes a CPU implementation."""
+    listed = _core.vulkan_devices()
+    name, number = _core.resolve_device("Vulkan")
+    assert name == "Vulkan" and 0 <= number < len(listed) and listed[number]["usable"]
+    assert _core.resolve_device(f"Vulkan:{number}") == ("Vulkan", number)
+    assert _core.vulkan_device_count() == len(listed) and _core.vulkan_free_memory(number) > 0
+    assert _core.vulkan_device_name(number) == listed[number]["name"]
+    if all(d["type"] == "cpu" for d in listed):
+        assert _core.resolve_device("")[0] != "Vulkan" or _core.resolve_device("")[1] == -1
     with pytest.raises(ValueError, match="no device backend called 'CPU'"):
-        _core.set_offload_device("CPU")
+        _core.resolve_device("CPU")
+    with pytest.raises(ValueError, match="device number"):
+        _core.resolve_device("Vulkan:x")
+
+
+def test_each_model_keeps_its_own_device(smollm2):
+    """The device is the model's, not the process's: a Vulkan model, then a CPU one, then the
+    Vulkan one again runs on Vulkan (its logits unchanged)."""
+    number = _core.resolve_device("Vulkan")[1]
+    vk = LLM(smollm2, n_ctx=64, n_gpu_layers=2, device=f"vulkan:{number}")
+    ids = vk.tokenize("The capital of France is")
+    before = vk.logits(ids)
+    cpu = LLM(smollm2, n_ctx=64, device="cpu")
+    assert cpu._model.allocated.keys() == {"CPU"}
+    assert set(vk._model.allocated) == {"CPU", "Vulkan"}
+    np.testing.assert_array_equal(vk.logits(ids), before)
+
+
+def test_a_missing_device_number_is_named(smollm2):
+    with pytest.raises(ValueError, match=r"no Vulkan device 7\b.*found"):
+        LLM(smollm2, n_ctx=64, n_gpu_layers=1, device="vulkan:7")
+    with pytest.raises(ValueError, match="device must be one of"):
+        LLM(smollm2, n_ctx=64, n_gpu_layers=1, device="vulkan:")
+    with pytest.raises(ValueError, match="device must be one of"):
+        LLM(smollm2, n_ctx=64, device="cpu:0")
 
 
 def test_qwen_output_head_over_one_buffer_runs_in_row_windows():
@@ -174,3 +201,26 @@ def test_gemma3_sliding_window_layers_on_vulkan():
     vk = LLM(path, n_ctx=64, n_batch=16, n_gpu_layers=6, device="vulkan")
     agreement, margins = teacher_forced(cpu, vk, "The capital of France is Paris, and")
     assert agreement >= 0.75 and all(m < 0.5 for m in margins), (agreement, margins)
+
+
+@pytest.mark.parametrize("key", ["smollm2-135m-q4_1", "gemma3-270m-q4_k_m", "qwen2.5-coder-0.5b-q4_k_m"])
+def test_plan_equals_the_device_memory_allocated(key):
+    """The planner's Vulkan bytes (weights, KV, scratch for a full batch) against the device memory
+    the driver gave the model's buffers after a full batch ran: within 1%."""
+    n_batch = 16
+    vk = LLM(str(model_file(key)), n_ctx=64, n_batch=n_batch, n_gpu_layers="all", device="vulkan")
+    vk.logits(list(range(1, n_batch + 1)))
+    planned = vk.plan.devices["Vulkan"].total
+    measured = vk._model.device_memory["Vulkan"]
+    assert abs(measured - planned) <= 0.01 * planned, (planned, measured, vk._model.allocated["Vulkan"])
+
+
+@pytest.mark.parametrize("ngl", ["all", 15])
+def test_perplexity_within_half_a_percent_of_the_cpu(smollm2, ngl):
+    """Perplexity on a slice of the corpus (2 chunks of 64 tokens: lavapipe is a CPU) with the
+    layers on Vulkan against the CPU backend's on the same slice."""
+    from localllm.perplexity import perplexity
+    text = (Path(__file__).parent / "data" / "corpus" / "gpl-3.txt").read_text(encoding="utf-8")[:4000]
+    cpu = perplexity(LLM(smollm2, n_ctx=64, device="cpu"), text, 64, max_chunks=2)
+    vk = perplexity(LLM(smollm2, n_ctx=64, n_gpu_layers=ngl, device="vulkan"), text, 64, max_chunks=2)
+    assert abs(vk.ppl - cpu.ppl) <= 0.005 * cpu.ppl, (cpu.ppl, vk.ppl)

@@ -95,15 +95,16 @@ def plan_for(args: argparse.Namespace, path: str):
         raise ValueError(f"-c must be >= 1, got {args.ctx_size}")
     if args.batch_size < 1 or (args.kv_blocks is not None and args.kv_blocks < 1):
         raise ValueError("-b and --kv-blocks must be >= 1")
-    from localllm.llm import DEVICES
+    from localllm.llm import device_spec
     dev = device_kwargs(args)
-    _core.set_offload_device(DEVICES[dev["device"]])   # the plan's bytes are that backend's
+    spec = device_spec(dev["device"])   # the plan's bytes are that backend's
     footprint = _core.Footprint(path, args.numerics)
-    gpu_free = args.gpu_free if args.gpu_free is not None else gpu_free_bytes()
+    gpu_free = args.gpu_free if args.gpu_free is not None else gpu_free_bytes(spec)
     n_ctx = args.ctx_size or 4096
     pool = None if args.kv_blocks is None else args.kv_blocks + 1
     def bytes_of(ngl: int, kv_blocks: int, kv_block_size: int, n_batch: int) -> dict:
-        return footprint.bytes(ngl, kv_blocks, kv_block_size, n_batch, args.cache_type_k, args.cache_type_v)
+        return footprint.bytes(ngl, kv_blocks, kv_block_size, n_batch, args.cache_type_k, args.cache_type_v,
+                               device=spec)
 
     plan = plan_layers(bytes_of, footprint.n_layer, dev["n_gpu_layers"], n_ctx=n_ctx,
                        kv_block_size=16, n_batch=args.batch_size, kv_blocks=pool,

@@ -25,6 +25,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="wrap each prompt as a user message in the model's chat template")
     p.add_argument("--parallel", type=int, default=16, metavar="N",
                    help="most sequences generated at once (default 16)")
+    constraint = p.add_mutually_exclusive_group()
+    constraint.add_argument("--json-schema", metavar="FILE",
+                            help="constrain the output to JSON that this JSON schema (a file) accepts")
+    constraint.add_argument("--grammar", metavar="FILE",
+                            help="constrain the output to this grammar (a file, GBNF or Lark)")
     kv = p.add_mutually_exclusive_group()
     kv.add_argument("--kv-blocks", type=int, default=None, metavar="N",
                     help="KV cache blocks of 16 tokens shared by all sequences (default: ctx-size tokens)")
@@ -76,6 +81,10 @@ def run(args: argparse.Namespace) -> int:
     prompts = read_prompts(args)
     llm = load(args)
     kwargs = sampling_kwargs(args, llm.n_ctx)
+    if args.json_schema is not None:
+        kwargs["json_schema"] = read_text_file(args.json_schema)
+    if args.grammar is not None:
+        kwargs["grammar"] = read_text_file(args.grammar)
     requests = [make_request(llm, p, args.chat, kwargs) for p in prompts]
     if len(requests) > 1:
         return run_batch(llm, requests)

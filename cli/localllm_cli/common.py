@@ -49,14 +49,23 @@ def parse_size(text: str) -> int:
 
 
 def add_device_args(p: argparse.ArgumentParser) -> None:
-    from localllm.llm import DEVICES      # the device names LLM(device=) takes, in one place
+    from localllm.llm import DEVICES, device_spec   # the device names LLM(device=) takes, in one place
+
+    def device_name(value: str) -> str:
+        try:
+            device_spec(value)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+        return value
+
     p.add_argument("-ngl", "--n-gpu-layers", default=None, metavar="N|all|auto",
                    help="layers on the GPU, as llama.cpp's -ngl: the last N layers plus the output "
                         "head (default auto: as many as fit; 0 without a GPU)")
-    p.add_argument("--device", choices=list(DEVICES), default="auto",
+    p.add_argument("--device", type=device_name, default="auto", metavar="|".join(DEVICES) + "[:N]",
                    help="cpu: run on the CPU only (same as -ngl 0); auto (default): -ngl layers on a "
-                        "CUDA device, else a Vulkan GPU; cuda, vulkan: -ngl layers on that backend "
-                        "(vulkan includes a CPU implementation such as lavapipe)")
+                        "CUDA device, else a Vulkan GPU; cuda, vulkan: -ngl layers on that backend's "
+                        "default device (vulkan includes a CPU implementation such as lavapipe); "
+                        "cuda:N, vulkan:N: on device N of `localllm info --devices`")
     p.add_argument("--gpu-margin", type=parse_size, default=None, metavar="SIZE",
                    help="GPU memory auto leaves free (default 1G)")
 

@@ -36,6 +36,12 @@ private:
 };
 }  // namespace
 
+size_t Backend::device_memory() const {
+    size_t total = 0;
+    for (int k = 0; k < kMemKinds; ++k) total += allocated_[k];
+    return total;
+}
+
 std::unique_ptr<Buffer> Backend::alloc(size_t bytes, MemKind kind, const std::string& what) {
     std::unique_ptr<Buffer> raw;
     try {

@@ -97,6 +97,9 @@ public:
     std::unique_ptr<Buffer> alloc(size_t bytes, MemKind kind, const std::string& what);
     // Bytes of the live buffers of one kind (what the planner is held to).
     size_t allocated(MemKind kind) const { return allocated_[(int)kind]; }
+    // Bytes of device memory its driver holds for it now, where the backend can tell (Vulkan: the
+    // memory requirements of its buffers); default: the sum of allocated(), what it asked for.
+    virtual size_t device_memory() const;
     virtual void copy(void* dst, const void* src, size_t bytes) = 0;             // both on this backend
     virtual void to_host(void* host_dst, const void* src, size_t bytes) = 0;
     virtual void from_host(void* dst, const void* host_src, size_t bytes) = 0;

@@ -53,31 +53,43 @@ std::string backend_names() {
 }
 
 namespace {
-std::string g_offload_device;   // set_offload_device's name, "" for the automatic choice
-}
 
-void set_offload_device(const std::string& name) {
-    if (!name.empty()) {
-        const Placement p = find_placement(name);
-        if (p.backend < 0 || backend_info(p).host)
-            throw std::invalid_argument("no device backend called '" + name + "' (known: " + backend_names() + ")");
-    }
-    g_offload_device = name;
-}
-
-const std::string& offload_device_named() { return g_offload_device; }
-
-Placement offload_placement() {
-    if (!g_offload_device.empty()) return find_placement(g_offload_device);
+// The automatic choice of resolve_offload.
+Placement automatic_offload() {
     const auto& all = backend_registry();
     int first_known = -1;
     for (size_t i = 0; i < all.size(); ++i) {
         if (all[i]->host) continue;
-        if (all[i]->compiled && all[i]->device_count() > 0) return Placement{(int16_t)i, 0};
+        if (all[i]->compiled) {
+            const int d = all[i]->default_device(false);
+            if (d >= 0) return Placement{(int16_t)i, (int16_t)d};
+        }
         if (first_known < 0) first_known = (int)i;
     }
     if (first_known < 0) throw std::logic_error("no backend to offload layers to is registered");
-    return Placement{(int16_t)first_known, 0};
+    return Placement{(int16_t)first_known, -1};
+}
+
+}  // namespace
+
+Placement resolve_offload(const std::string& spec) {
+    if (spec.empty()) return automatic_offload();
+    const size_t colon = spec.find(':');
+    const std::string name = spec.substr(0, colon);
+    const Placement p = find_placement(name);
+    if (p.backend < 0 || backend_info(p).host)
+        throw std::invalid_argument("no device backend called '" + name + "' (known: " + backend_names() + ")");
+    const BackendInfo& info = backend_info(p);
+    if (colon == std::string::npos)
+        return Placement{p.backend, (int16_t)(info.compiled ? info.default_device(true) : -1)};
+    const std::string num = spec.substr(colon + 1);
+    if (num.empty() || num.size() > 4 || num.find_first_not_of("0123456789") != std::string::npos)
+        throw std::invalid_argument("device '" + spec + "': the part after ':' must be a device number");
+    return Placement{p.backend, (int16_t)std::stoi(num)};
+}
+
+std::string placement_spec(Placement p) {
+    return std::string(placement_name(p)) + (p.device >= 0 ? ":" + std::to_string(p.device) : "");
 }
 
 bool backend_compiled(Placement p) { return backend_info(p).compiled; }

@@ -41,12 +41,15 @@ struct BackendInfo {
     // for batches of up to T tokens.
     WeightsScratchBytes (*footprint)(const HParams& hp, const PlacedWeights& pw, int64_t T, Isa isa,
                                      Numerics numerics);
-    // Devices and memory now (0 without a device, a driver or the compiled code); null for the host.
+    // Devices now (0 without a device, a driver or the compiled code); null for the host. Devices
+    // are numbered 0..n-1 in the backend's own order (CUDA's ordinals, `_core.vulkan_devices()`).
     int (*device_count)();
-    size_t (*free_memory)();   // free bytes of device 0, what -ngl auto plans against
-    // Null where !compiled: the name of a device, and (free, total) bytes of the current one.
+    // The device a placement gets when the user names the backend without a number (named) or for
+    // the automatic choice (!named); -1 where there is none it may use.
+    int (*default_device)(bool named);
+    // Null where !compiled: the name of a device, and its (free, total) bytes.
     std::string (*device_name)(int device);
-    void (*mem_info)(size_t* free_bytes, size_t* total_bytes);
+    void (*mem_info)(int device, size_t* free_bytes, size_t* total_bytes);
 };
 
 // Every known backend, the host's first (index = Placement::backend).
@@ -59,15 +62,16 @@ std::string backend_names();
 
 // Where layers run unless offloaded: the host (the CPU backend).
 constexpr Placement kHostPlacement{};
-// Where -ngl offloads layers to: the backend set_offload_device named; else the first non-host
-// backend this build has with a device now (table order: CUDA before Vulkan), else the first
-// non-host one known (so that asking for it explains that this build lacks it or has no device).
-Placement offload_placement();
-// Names the backend -ngl offloads to ("" = the automatic choice above). Process-wide: read when
-// a model places its layers (the Python LLM sets it from device=). invalid_argument for a name
-// that is not a device backend.
-void set_offload_device(const std::string& name);
-const std::string& offload_device_named();
+// Where -ngl offloads layers to, from a device string: "" for the automatic choice (the first
+// non-host backend this build has with a device it may choose by itself: table order, CUDA before
+// Vulkan; else the first non-host one known, so that using it explains that this build lacks it
+// or has no device), or a device backend's name with an optional device number ("Vulkan",
+// "Vulkan:1", "CUDA:0"; the name alone: that backend's default device when named). The device is
+// -1 where the backend has none to give; make_backend then says why. invalid_argument for a string
+// that names no device backend or a bad number.
+Placement resolve_offload(const std::string& spec);
+// The device string of a placement: "Vulkan:1".
+std::string placement_spec(Placement p);
 
 // The backend of a placement; an error naming the cause where this build lacks it.
 std::unique_ptr<Backend> make_backend(Placement p, const BackendConfig& cfg);

@@ -163,12 +163,41 @@ static py::tuple forward_mixed(Model& m, I32 tokens, I32 positions, I32 seq_of_t
     return py::make_tuple(logits, hidden);
 }
 
+// The token bitmasks of sample_rows: masks uint32[n_masks, ceil(n_vocab / 32)] (or None) and
+// the mask row of each sampler (-1: unconstrained), checked before any pointer is used.
+struct MaskRows {
+    py::array_t<uint32_t, py::array::c_style | py::array::forcecast> array;
+    const uint32_t* words = nullptr;
+};
+
+static MaskRows check_masks(const py::object& masks, const std::vector<int64_t>& mask_rows, int n, int64_t n_vocab) {
+    MaskRows out;
+    if (masks.is_none()) {
+        if (!mask_rows.empty()) throw std::invalid_argument("sample_rows: mask_rows given without masks");
+        return out;
+    }
+    out.array = py::array_t<uint32_t, py::array::c_style | py::array::forcecast>::ensure(masks);
+    if (!out.array || out.array.ndim() != 2 || out.array.shape(1) != lll::mask_words(n_vocab))
+        throw std::invalid_argument("sample_rows: masks must be a 2-D uint32 array [n_masks, " +
+                                    std::to_string(lll::mask_words(n_vocab)) + "] (ceil(n_vocab / 32) words)");
+    if (static_cast<int>(mask_rows.size()) != n)
+        throw std::invalid_argument("sample_rows: " + std::to_string(mask_rows.size()) + " mask_rows for " +
+                                    std::to_string(n) + " samplers");
+    for (int64_t r : mask_rows)
+        if (r < -1 || r >= out.array.shape(0))
+            throw std::invalid_argument("sample_rows: mask row " + std::to_string(r) + " out of range [-1, " +
+                                        std::to_string(out.array.shape(0)) + ")");
+    out.words = out.array.data();
+    return out;
+}
+
 // Model.sample_rows: one draw per row on the model's threads (see lll::sample_rows); the
 // engine's step samples all its sequences with one call instead of one call (and one GIL
 // hand-over) per sequence.
 static py::tuple sample_rows_py(Model& m, const std::vector<Sampler*>& samplers,
                                 const py::array_t<float, py::array::c_style | py::array::forcecast>& logits,
-                                const std::vector<int64_t>& rows, bool accept) {
+                                const std::vector<int64_t>& rows, bool accept, const py::object& masks,
+                                const std::vector<int64_t>& mask_rows) {
     const int n = static_cast<int>(samplers.size());
     if (rows.size() != samplers.size())
         throw std::invalid_argument("sample_rows: " + std::to_string(rows.size()) + " rows for " +
@@ -189,13 +218,14 @@ static py::tuple sample_rows_py(Model& m, const std::vector<Sampler*>& samplers,
             throw std::invalid_argument("sample_rows: row " + std::to_string(rows[i]) + " out of range [0, " +
                                         std::to_string(logits.shape(0)) + ")");
     }
+    const MaskRows mask = check_masks(masks, mask_rows, n, n_vocab);
     std::vector<int> tokens(n);
     std::vector<std::string> errors(n);
     {
         ModelInUse guard(m, "sample_rows");
         py::gil_scoped_release release;
         sample_rows(m.pool(), samplers.data(), logits.data(), n_vocab, rows.data(), n, accept, tokens.data(),
-                    errors.data());
+                    errors.data(), mask.words, mask.words ? mask_rows.data() : nullptr);
     }
     py::list errs;
     for (const std::string& e : errors) errs.append(e.empty() ? py::object(py::none()) : py::object(py::str(e)));
@@ -231,12 +261,12 @@ public:
     int n_layer() const { return hp_.n_layer; }
     int gpu_layers_max() const { return lll::gpu_layers_max(hp_); }
     py::dict bytes(int n_gpu_layers, int64_t kv_blocks, int kv_block_size, int64_t n_batch,
-                   const std::string& cache_type_k, const std::string& cache_type_v) {
+                   const std::string& cache_type_k, const std::string& cache_type_v, const std::string& device) {
         if (kv_blocks < 1 || kv_block_size < 1 || n_batch < 1)
             throw std::invalid_argument("kv_blocks, kv_block_size and n_batch must be >= 1");
         const KVTypes types{parse_cache_type(cache_type_k), parse_cache_type(cache_type_v)};
         check_kv_types(types, hp_.head_dim);
-        const LayerPlacement lp = place_layers(hp_.n_layer, n_gpu_layers);
+        const LayerPlacement lp = place_layers(hp_.n_layer, n_gpu_layers, resolve_offload(device));
         py::dict d;
         for (Placement p : placements_used(lp)) {
             const DeviceBytes b = device_bytes(p, hp_, weights_on(w_, lp, p), kv_blocks, kv_block_size, types, n_batch,
@@ -267,21 +297,25 @@ void register_model(py::module_& m) {
                                "The most layers a GPU can run (0 for mixture-of-experts models).")
         .def("bytes", &Footprint::bytes, py::arg("n_gpu_layers"), py::arg("kv_blocks"), py::arg("kv_block_size"),
              py::arg("n_batch"), py::arg("cache_type_k") = "f16", py::arg("cache_type_v") = "f16",
+             py::arg("device") = "",
              "{device: {'weights', 'kv', 'scratch'}} for the last n_gpu_layers layers (and the output head) on "
-             "the GPU, a pool of kv_blocks blocks and batches of up to n_batch tokens.");
+             "the GPU, a pool of kv_blocks blocks and batches of up to n_batch tokens. device: the GPU's device "
+             "string ('' = the automatic choice, 'Vulkan', 'CUDA:1', ...; resolve_device).");
     py::class_<Model>(m, "Model", "A loaded model: weights mapped from GGUF, a paged KV cache, a thread pool.")
         .def(py::init([](const std::string& path, int n_threads, int64_t kv_blocks, int kv_block_size,
                          const std::string& numerics, int n_gpu_layers, const std::string& cache_type_k,
-                         const std::string& cache_type_v, int64_t n_ctx) {
+                         const std::string& cache_type_v, int64_t n_ctx, const std::string& device) {
                  const Numerics n = parse_numerics(numerics);
                  const KVTypes types{parse_cache_type(cache_type_k), parse_cache_type(cache_type_v)};
+                 const Placement offload = n_gpu_layers > 0 ? resolve_offload(device) : kHostPlacement;
                  py::gil_scoped_release release;
-                 return new Model(path, n_threads, kv_blocks, kv_block_size, n, n_gpu_layers, types, n_ctx);
+                 return new Model(path, n_threads, kv_blocks, kv_block_size, n, n_gpu_layers, types, n_ctx, offload);
              }),
              py::arg("path"), py::arg("n_threads"), py::arg("kv_blocks"), py::arg("kv_block_size") = 16,
              py::arg("numerics") = "fast", py::arg("n_gpu_layers") = 0, py::arg("cache_type_k") = "f16",
-             py::arg("cache_type_v") = "f16", py::arg("n_ctx") = 0,
-             "n_gpu_layers: the last n layers and the output head on the GPU (a build with a GPU backend). "
+             py::arg("cache_type_v") = "f16", py::arg("n_ctx") = 0, py::arg("device") = "",
+             "n_gpu_layers: the last n layers and the output head on the GPU (a build with a GPU backend); "
+             "device: which ('' = the automatic choice, 'Vulkan', 'CUDA:1', ...; resolve_device). "
              "cache_type_k / cache_type_v: the KV cache's storage types, f16 (default), q8_0 or q4_0 "
              "(llama.cpp's --cache-type-k/-v; quantized types on the CPU with the fast numerics). "
              "n_ctx: the longest sequence to be run (LongRoPE files pick their long or short factors by it, "
@@ -314,10 +348,17 @@ void register_model(py::module_& m) {
         .def_property_readonly("bidirectional", &Model::bidirectional,
              "Whether every token attends to its whole sequence (encoders).")
         .def("sample_rows", &sample_rows_py, py::arg("samplers"), py::arg("logits"), py::arg("rows"),
-             py::arg("accept") = true,
+             py::arg("accept") = true, py::arg("masks") = py::none(), py::arg("mask_rows") = std::vector<int64_t>{},
              "Draw the next token of each row: samplers[i] samples logits[rows[i]] (then accepts it), "
-             "on the model's threads. Returns (tokens, errors): errors[i] is None, or the message of "
+             "on the model's threads; with masks (uint32 [n_masks, ceil(n_vocab / 32)] token bitmasks), "
+             "sampler i draws only tokens allowed by masks[mask_rows[i]] (-1: any). Returns (tokens, errors): errors[i] is None, or the message of "
              "the failure of row i, whose token is then -1.")
+        .def_property_readonly("device_memory", [](const Model& self) {
+            py::dict d;
+            for (Backend* be : self.backends()) d[be->name()] = be->device_memory();
+            return d;
+        }, "{device: bytes its driver holds for this model now} (Vulkan: its buffers' memory requirements; "
+           "elsewhere the sum of allocated)")
         .def_property_readonly("allocated", &allocated_dict,
              "Bytes the backends allocated: {device: {'weights', 'kv', 'scratch'}} (the planner's terms).")
         .def_property_readonly("layer_devices", [](const Model& self) {

@@ -49,6 +49,19 @@ uint64_t to_seed(const py::object& obj) {
     return value.cast<uint64_t>();
 }
 
+using MaskArray = py::array_t<uint32_t, py::array::c_style | py::array::forcecast>;
+
+// The bitmask argument `allowed` (None, or uint32[ceil(n_vocab / 32)]) as a pointer; the array
+// is held by `keep` while the pointer is used (a forcecast copy lives there).
+const uint32_t* mask_pointer(const lll::Sampler& s, const py::object& allowed, MaskArray& keep, const char* what) {
+    if (allowed.is_none()) return nullptr;
+    keep = MaskArray::ensure(allowed);
+    if (!keep || keep.ndim() != 1 || keep.shape(0) != lll::mask_words(s.n_vocab()))
+        throw py::value_error(std::string("Sampler.") + what + ": allowed must be a 1-D uint32 bitmask of " +
+                              std::to_string(lll::mask_words(s.n_vocab())) + " words (ceil(n_vocab / 32))");
+    return keep.data();
+}
+
 void check_row(const lll::Sampler& s, const py::array_t<float, py::array::c_style | py::array::forcecast>& logits,
                const char* what) {
     if (logits.ndim() != 1 || logits.shape(0) != s.n_vocab())
@@ -99,22 +112,30 @@ logits after logit bias). seed=None draws a random seed (see .seed).)doc")
              py::arg("penalty_last_n") = 64, py::arg("logit_bias") = py::none(),
              py::arg("seed") = py::none(), py::arg("n_logprobs") = 0)
         .def("sample",
-             [](lll::Sampler& s, const py::array_t<float, py::array::c_style | py::array::forcecast>& logits) {
+             [](lll::Sampler& s, const py::array_t<float, py::array::c_style | py::array::forcecast>& logits,
+                const py::object& allowed) {
                  if (logits.ndim() != 1 || logits.shape(0) != s.n_vocab())
                      throw py::value_error("Sampler.sample: logits must be a 1-D array of n_vocab=" +
                                            std::to_string(s.n_vocab()) + " floats");
+                 MaskArray keep;
+                 const uint32_t* mask = mask_pointer(s, allowed, keep, "sample");
                  const float* row = logits.data();
                  py::gil_scoped_release release;
-                 return s.sample(row);
+                 return s.sample(row, mask);
              },
-             py::arg("logits"), "Pick the next token id from logits f32[n_vocab] (does not accept() it).")
+             py::arg("logits"), py::arg("allowed") = py::none(),
+             "Pick the next token id from logits f32[n_vocab] (does not accept() it); allowed: None or "
+             "a uint32 token bitmask (bit t % 32 of word t / 32: token t may be drawn).")
         .def("distribution",
-             [](lll::Sampler& s, const py::array_t<float, py::array::c_style | py::array::forcecast>& logits) {
+             [](lll::Sampler& s, const py::array_t<float, py::array::c_style | py::array::forcecast>& logits,
+                const py::object& allowed) {
                  check_row(s, logits, "distribution");
+                 MaskArray keep;
+                 const uint32_t* mask = mask_pointer(s, allowed, keep, "distribution");
                  std::vector<std::pair<int, double>> dist;
                  {
                      py::gil_scoped_release release;
-                     dist = s.distribution(logits.data());
+                     dist = s.distribution(logits.data(), mask);
                  }
                  py::array_t<int32_t> tokens(static_cast<py::ssize_t>(dist.size()));
                  py::array_t<double> probs(static_cast<py::ssize_t>(dist.size()));
@@ -124,13 +145,15 @@ logits after logit bias). seed=None draws a random seed (see .seed).)doc")
                  }
                  return py::make_tuple(tokens, probs);
              },
-             py::arg("logits"),
+             py::arg("logits"), py::arg("allowed") = py::none(),
              "(tokens int32[m], probs float64[m]): the distribution sample() draws from for this row "
              "(after bias, penalties, truncation, temperature); no randomness used.")
         .def("verify",
              [](lll::Sampler& s, const py::array_t<float, py::array::c_style | py::array::forcecast>& logits,
-                int draft, const py::object& q) {
+                int draft, const py::object& q, const py::object& allowed) {
                  check_row(s, logits, "verify");
+                 MaskArray keep;
+                 const uint32_t* mask = mask_pointer(s, allowed, keep, "verify");
                  std::vector<std::pair<int, float>> proposal;
                  try {
                      proposal = to_logit_bias(q);
@@ -138,9 +161,9 @@ logits after logit bias). seed=None draws a random seed (see .seed).)doc")
                      throw py::value_error("Sampler.verify: q must map int token ids to float probabilities");
                  }
                  py::gil_scoped_release release;
-                 return s.verify(logits.data(), draft, proposal);
+                 return s.verify(logits.data(), draft, proposal, mask);
              },
-             py::arg("logits"), py::arg("draft"), py::arg("q") = py::none(),
+             py::arg("logits"), py::arg("draft"), py::arg("q") = py::none(), py::arg("allowed") = py::none(),
              "Speculative decoding's rejection rule for one drafted token: (token, accepted). "
              "Keeps draft with probability min(1, p(draft)/q(draft)), else draws from "
              "norm(max(0, p - q)); p is distribution(logits). q: {token: probability} of the "

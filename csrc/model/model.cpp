@@ -31,7 +31,7 @@ int gpu_layers_max(const HParams& hp) {
 }
 
 Model::Model(const std::string& path, int n_threads, int64_t kv_blocks, int kv_block_size, Numerics numerics,
-             int n_gpu_layers, KVTypes kv_types, int64_t n_ctx_seq)
+             int n_gpu_layers, KVTypes kv_types, int64_t n_ctx_seq, Placement offload)
     : path_(path), numerics_(numerics) {
     file_ = GGUFFile::open(path);
     arch_ = describe_model(*file_, hp_, w_);
@@ -49,7 +49,7 @@ Model::Model(const std::string& path, int n_threads, int64_t kv_blocks, int kv_b
     if (gpu_layers_max(hp_) < hp_.n_layer && n_gpu_layers > gpu_layers_max(hp_))
         throw std::invalid_argument(std::string(arch_->bidirectional ? "encoder" : "mixture-of-experts") + " models (" +
                                     hp_.arch + ") run on the CPU only in this version; use n_gpu_layers = 0");
-    placement_ = place_layers(hp_.n_layer, n_gpu_layers);
+    placement_ = place_layers(hp_.n_layer, n_gpu_layers, offload);
     pool_ = std::make_unique<ThreadPool>(n_threads);
     isa_ = best_isa();
     const BackendConfig cfg{&hp_, pool_.get(), isa_, numerics_, kHostPlacement};

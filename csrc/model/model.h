@@ -163,8 +163,10 @@ public:
     // The last n_gpu_layers layers, and then the output head, run on the GPU backend (llama.cpp's
     // -ngl); the input embedding and the other layers on the CPU. n_ctx_seq: the longest sequence
     // the caller will run (LongRoPE's choice of factors; 0 = the pool, kv_blocks * kv_block_size).
+    // offload: the device those layers run on (backends/registry.h resolve_offload).
     Model(const std::string& path, int n_threads, int64_t kv_blocks, int kv_block_size,
-          Numerics numerics = Numerics::Fast, int n_gpu_layers = 0, KVTypes kv_types = {}, int64_t n_ctx_seq = 0);
+          Numerics numerics = Numerics::Fast, int n_gpu_layers = 0, KVTypes kv_types = {}, int64_t n_ctx_seq = 0,
+          Placement offload = {});
     ~Model();
     Model(const Model&) = delete;
     Model& operator=(const Model&) = delete;

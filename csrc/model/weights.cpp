@@ -230,11 +230,13 @@ static std::vector<WeightRef*> of_kind(LayerWeights& L, WeightKind kind) {
 std::vector<WeightRef*> layer_matrices(LayerWeights& L) { return of_kind(L, WeightKind::Matrix); }
 std::vector<WeightRef*> layer_vectors(LayerWeights& L) { return of_kind(L, WeightKind::Vector); }
 
-LayerPlacement place_layers(int n_layer, int n_gpu_layers) {
+LayerPlacement place_layers(int n_layer, int n_gpu_layers, Placement offload) {
     if (n_gpu_layers < 0 || n_gpu_layers > n_layer)
         throw std::invalid_argument("n_gpu_layers = " + std::to_string(n_gpu_layers) + " is out of range [0, " +
                                     std::to_string(n_layer) + "]");
-    const Placement offload = n_gpu_layers > 0 ? offload_placement() : kHostPlacement;
+    if (n_gpu_layers == 0) offload = kHostPlacement;
+    else if (backend_info(offload).host)
+        throw std::invalid_argument("n_gpu_layers = " + std::to_string(n_gpu_layers) + " needs a device to offload to");
     LayerPlacement lp;
     for (int il = 0; il < n_layer; ++il)
         lp.layers.push_back(il >= n_layer - n_gpu_layers ? offload : kHostPlacement);

@@ -72,9 +72,9 @@ std::vector<WeightRef*> layer_matrices(LayerWeights& L);
 std::vector<WeightRef*> layer_vectors(LayerWeights& L);
 
 // Where the layers and the output head run for n_gpu_layers (llama.cpp's -ngl): the last
-// n_gpu_layers layers and, when there is any, the output head on the registry's offload backend
-// (backends/registry.h offload_placement); the rest and the input embedding on the host.
-LayerPlacement place_layers(int n_layer, int n_gpu_layers);
+// n_gpu_layers layers and, when there is any, the output head on `offload` (a device placement,
+// backends/registry.h resolve_offload); the rest and the input embedding on the host.
+LayerPlacement place_layers(int n_layer, int n_gpu_layers, Placement offload);
 // The distinct placements of lp, the host's first (it is always used: embedding, sampling).
 std::vector<Placement> placements_used(const LayerPlacement& lp);
 

@@ -224,6 +224,25 @@ void select_top_k(const float* x, size_t n, size_t k, std::vector<Candidate>& ou
     std::sort(out.begin(), out.end(), ranks_before);
 }
 
+// out[i] = allowed bit i ? x[i] : -inf, for i < n. Whole words of 32 tokens that are all
+// allowed (a copy) or all masked (a fill) take no per-token test: grammar masks are mostly
+// one or the other over long runs of the vocabulary.
+void copy_allowed(const float* x, const uint32_t* allowed, float* out, size_t n) {
+    const size_t full_words = n / 32;
+    for (size_t w = 0; w < full_words; ++w) {
+        const uint32_t bits = allowed[w];
+        float* dst = out + w * 32;
+        if (bits == 0xFFFFFFFFu) {
+            std::memcpy(dst, x + w * 32, 32 * sizeof(float));
+        } else if (bits == 0) {
+            std::fill(dst, dst + 32, -kInf);
+        } else {
+            for (size_t b = 0; b < 32; ++b) dst[b] = (bits >> b) & 1u ? x[w * 32 + b] : -kInf;
+        }
+    }
+    for (size_t i = full_words * 32; i < n; ++i) out[i] = (allowed[i / 32] >> (i % 32)) & 1u ? x[i] : -kInf;
+}
+
 std::string describe(const char* name, const std::string& requirement, double got) {
     return std::string("sampling parameter ") + name + " " + requirement + ", got " +
            std::to_string(got);
@@ -310,12 +329,12 @@ void Sampler::accept(int token) {
     ++token_counts_[token];
 }
 
-int Sampler::sample(const float* logits) {
+int Sampler::sample(const float* logits, const uint32_t* allowed) {
     BusyGuard guard(busy_);
     has_logprobs_ = false;
     int fast_token;
-    if (greedy_without_copy(logits, &fast_token)) return fast_token;
-    prepare_row(logits);
+    if (allowed == nullptr && greedy_without_copy(logits, &fast_token)) return fast_token;
+    prepare_row(logits, allowed);
 
     int token;
     if (params_.temperature <= 0.0f) {
@@ -329,8 +348,8 @@ int Sampler::sample(const float* logits) {
 }
 
 // The chain's steps before truncation: row_ = biased logits (logprob stats), then penalties.
-void Sampler::prepare_row(const float* logits) {
-    load_biased_logits(logits);
+void Sampler::prepare_row(const float* logits, const uint32_t* allowed) {
+    load_biased_logits(logits, allowed);
     if (params_.n_logprobs >= 0) compute_logprob_stats();
     apply_penalties();
 }
@@ -344,9 +363,9 @@ void Sampler::finish_logprob(int token) {
     has_logprobs_ = true;
 }
 
-std::vector<std::pair<int, double>> Sampler::distribution(const float* logits) {
+std::vector<std::pair<int, double>> Sampler::distribution(const float* logits, const uint32_t* allowed) {
     BusyGuard guard(busy_);
-    prepare_row(logits);
+    prepare_row(logits, allowed);
     std::vector<std::pair<int, double>> out;
     build_distribution(out);
     return out;
@@ -382,7 +401,8 @@ void Sampler::build_distribution(std::vector<std::pair<int, double>>& out) {
     }
 }
 
-std::pair<int, bool> Sampler::verify(const float* logits, int draft, const std::vector<std::pair<int, float>>& q) {
+std::pair<int, bool> Sampler::verify(const float* logits, int draft, const std::vector<std::pair<int, float>>& q,
+                                     const uint32_t* allowed) {
     BusyGuard guard(busy_);
     has_logprobs_ = false;
     if (draft < 0 || draft >= n_vocab_)
@@ -399,7 +419,7 @@ std::pair<int, bool> Sampler::verify(const float* logits, int draft, const std::
     if (!(q_draft > 0.0) || q_total > 1.0 + 1e-4)
         throw std::invalid_argument("Sampler.verify: the proposal must give the drafted token a probability "
                                     "> 0 and sum to at most 1");
-    prepare_row(logits);
+    prepare_row(logits, allowed);
     build_distribution(dist_);
     double p_draft = 0.0;
     for (const auto& [token, prob] : dist_)
@@ -463,14 +483,17 @@ bool Sampler::greedy_without_copy(const float* logits, int* token) const {
     return true;
 }
 
-// row_ = logits + logit_bias; rejects NaN / +inf and rows where every token is at -inf. The
-// copy into work_ is made only when a bias or a penalty will change the row: copying 262,144
-// logits was a fifth of a default (top-k 40) draw.
-void Sampler::load_biased_logits(const float* logits) {
-    if (params_.logit_bias.empty() && !penalties_active()) {
+// row_ = logits (masked) + logit_bias; rejects NaN / +inf and rows where every token is at -inf.
+// The copy into work_ is made only when a mask, a bias or a penalty will change the row:
+// copying 262,144 logits was a fifth of a default (top-k 40) draw.
+void Sampler::load_biased_logits(const float* logits, const uint32_t* allowed) {
+    if (allowed == nullptr && params_.logit_bias.empty() && !penalties_active()) {
         row_ = logits;
     } else {
-        std::memcpy(work_.data(), logits, work_.size() * sizeof(float));
+        if (allowed != nullptr)
+            copy_allowed(logits, allowed, work_.data(), work_.size());
+        else
+            std::memcpy(work_.data(), logits, work_.size() * sizeof(float));
         for (const auto& [token, bias] : params_.logit_bias) work_[static_cast<size_t>(token)] += bias;
         row_ = work_.data();
     }
@@ -478,6 +501,8 @@ void Sampler::load_biased_logits(const float* logits) {
     work_max_ = max_value(row_, work_.size(), &has_nan);
     if (has_nan) throw std::runtime_error("Sampler.sample: logits contain NaN");
     if (work_max_ == kInf) throw std::runtime_error("Sampler.sample: logits contain +inf");
+    if (work_max_ == -kInf && allowed != nullptr)
+        throw std::runtime_error("Sampler.sample: the grammar allows no token here (or every allowed one is banned)");
     if (work_max_ == -kInf)
         throw std::runtime_error("Sampler.sample: every token has logit -inf (all banned by logit_bias?)");
 }
@@ -688,11 +713,15 @@ int Sampler::draw_from_full_vocab() {
 }
 
 void sample_rows(ThreadPool& pool, Sampler* const* samplers, const float* logits, int64_t n_vocab,
-                 const int64_t* rows, int n, bool accept, int* tokens, std::string* errors) {
+                 const int64_t* rows, int n, bool accept, int* tokens, std::string* errors,
+                 const uint32_t* masks, const int64_t* mask_rows) {
+    const int64_t words = mask_words(n_vocab);
     pool.run([&](int ith, int nth) {
         for (int i = ith; i < n; i += nth) {
             try {
-                tokens[i] = samplers[i]->sample(logits + rows[i] * n_vocab);
+                const uint32_t* allowed =
+                    masks != nullptr && mask_rows[i] >= 0 ? masks + mask_rows[i] * words : nullptr;
+                tokens[i] = samplers[i]->sample(logits + rows[i] * n_vocab, allowed);
                 if (accept) samplers[i]->accept(tokens[i]);
             } catch (const std::exception& e) {
                 tokens[i] = -1;

@@ -9,6 +9,11 @@
 //
 // Logprobs (when n_logprobs >= 0) are the log-softmax of the logits after logit bias but before
 // penalties / truncation / temperature, which is what OpenAI and llama-cpp-python report.
+//
+// Constrained decoding: sample / distribution / verify take an optional token bitmask
+// `allowed` (bit t % 32 of word t / 32 set: token t may follow; ceil(n_vocab / 32) words, the
+// layout llguidance writes). Masked-out tokens get logit -inf before logit bias, so every step
+// of the chain (logprobs included) sees only the tokens the grammar allows.
 #pragma once
 #include <stdint.h>
 #include <atomic>
@@ -60,23 +65,25 @@ public:
 
     // Records a token in the penalty history (call for every token that joins the sequence).
     void accept(int token);
-    // Picks the next token from logits [n_vocab]. Throws std::runtime_error when the logits hold
-    // NaN / +inf or every token is at -inf. Does not call accept().
-    int sample(const float* logits);
+    // Picks the next token from logits [n_vocab] among the `allowed` ones (nullptr: all).
+    // Throws std::runtime_error when the logits hold NaN / +inf or every token is at -inf (or
+    // masked out). Does not call accept().
+    int sample(const float* logits, const uint32_t* allowed = nullptr);
     // Clears the penalty history and reseeds the generator with params().seed.
     void reset();
 
     // The distribution sample() draws from for this row (after bias, penalties, truncation and
     // temperature), as (token, probability) pairs; greedy: the argmax with probability 1.
     // Uses no randomness and does not change the sampler's state.
-    std::vector<std::pair<int, double>> distribution(const float* logits);
+    std::vector<std::pair<int, double>> distribution(const float* logits, const uint32_t* allowed = nullptr);
     // Speculative decoding's rejection rule (Leviathan et al. 2023, Chen et al. 2023): the
     // drafted token d, proposed with probability q(d), is kept with probability min(1, p(d)/q(d)),
     // p being distribution(logits); otherwise a token is drawn from norm(max(0, p - q)). Either
     // way the result is distributed as p. q: (token, probability) pairs of the proposal; empty:
     // a point mass on d (a deterministic proposer). Returns (token, accepted). Logprobs as
     // sample(). Does not call accept().
-    std::pair<int, bool> verify(const float* logits, int draft, const std::vector<std::pair<int, float>>& q);
+    std::pair<int, bool> verify(const float* logits, int draft, const std::vector<std::pair<int, float>>& q,
+                                const uint32_t* allowed = nullptr);
 
     bool has_logprobs() const { return has_logprobs_; }
     // Log-probability of the last sampled token, and the n_logprobs most likely tokens
@@ -91,11 +98,11 @@ private:
     class BusyGuard;  // marks the sampler in use for the duration of a call
 
     bool greedy_without_copy(const float* logits, int* token) const;
-    void prepare_row(const float* logits);
+    void prepare_row(const float* logits, const uint32_t* allowed);
     void build_distribution(std::vector<std::pair<int, double>>& out);
     int draw_residual(const std::vector<std::pair<int, float>>& q, int draft);
     void finish_logprob(int token);
-    void load_biased_logits(const float* logits);
+    void load_biased_logits(const float* logits, const uint32_t* allowed);
     void compute_logprob_stats();
     bool penalties_active() const;
     void apply_penalties();
@@ -134,12 +141,17 @@ private:
     std::vector<TokenLogprob> last_top_;
 };
 
+// Number of 32-bit words of a token bitmask over n_vocab tokens.
+inline int64_t mask_words(int64_t n_vocab) { return (n_vocab + 31) / 32; }
+
 // One draw per row, on the pool's threads: tokens[i] = samplers[i]->sample(logits + rows[i] *
-// n_vocab), then accept()ed when `accept`. Rows are dealt to threads in turn; each sampler sits
+// n_vocab, mask of row i), then accept()ed when `accept`. masks: nullptr, or rows of
+// mask_words(n_vocab) words, mask_rows[i] the row of sampler i's mask (-1: unconstrained). Rows are dealt to threads in turn; each sampler sits
 // on one thread and reads only its own row, so a token does not depend on the split. A row whose
 // sampler throws gets tokens[i] = -1 and the message in errors[i]; the other rows are drawn as if
 // it were not there. The samplers must be distinct.
 void sample_rows(ThreadPool& pool, Sampler* const* samplers, const float* logits, int64_t n_vocab,
-                 const int64_t* rows, int n, bool accept, int* tokens, std::string* errors);
+                 const int64_t* rows, int n, bool accept, int* tokens, std::string* errors,
+                 const uint32_t* masks = nullptr, const int64_t* mask_rows = nullptr);
 
 }  // namespace lll

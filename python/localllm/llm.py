@@ -85,8 +85,19 @@ class _Run:
 
 
 NUMERICS = ("fast", "llama.cpp")
-# device= values and the registry backend each offloads to ("" = the automatic choice).
+# device= values and the registry backend each offloads to ("" = the automatic choice); the
+# device backends also take a device number, "vulkan:1" (`localllm info --devices` lists them).
 DEVICES = {"auto": "", "cpu": "", "cuda": "CUDA", "vulkan": "Vulkan"}
+
+
+def device_spec(device: str) -> str:
+    """The core's device string for a device= value ("vulkan:1" -> "Vulkan:1", "auto" -> "");
+    ValueError naming the accepted forms for anything else."""
+    name, colon, number = device.partition(":") if isinstance(device, str) else ("", "", "")
+    if name in DEVICES and (not colon or (DEVICES[name] and number.isdigit() and len(number) <= 4)):
+        return DEVICES[name] + (f":{int(number)}" if colon else "")
+    raise ValueError(f"device must be one of {', '.join(DEVICES)} (cuda and vulkan may add ':N', a "
+                     f"device number from `localllm info --devices`), got {device!r}")
 CACHE_TYPES = ("f16", "q8_0", "q4_0")    # llama.cpp's --cache-type-k / --cache-type-v names
 
 
@@ -152,14 +163,12 @@ class LLM:
                 raise ValueError(f"a {'/'.join(self.cache_types)} KV cache runs on the CPU; "
                                  f"use n_gpu_layers=0 or cache types f16")
             n_gpu_layers = 0
-        if device not in DEVICES:
-            raise ValueError(f"device must be one of {', '.join(DEVICES)}, got {device!r}")
+        self.device_spec = device_spec(device)    # the core's device string ("" = automatic)
         if device == "cpu":
             if n_gpu_layers not in (None, "auto", 0, "0"):
                 raise ValueError(f"device='cpu' contradicts n_gpu_layers={n_gpu_layers!r}")
             n_gpu_layers = 0
         self.device = device
-        _core.set_offload_device(DEVICES[device])
         ctx_set = n_ctx is not None
         n_ctx = 4096 if n_ctx is None else n_ctx
         if n_ctx < 1:
@@ -214,17 +223,20 @@ class LLM:
         """Layers on the GPU and the KV pool (localllm.plan), or None for the CPU-only path,
         which neither reads the file again nor touches CUDA."""
         pool = None if kv_blocks is None else kv_blocks + 1                # + the null block
-        gpu_free = gpu_free_bytes() if ngl != 0 else None
+        gpu_free = gpu_free_bytes(self.device_spec) if ngl != 0 else None
         if gpu_free is None and ngl not in (0, "auto"):
-            dev = _core.offload_device()
+            dev, number = _core.resolve_device(self.device_spec)
+            count = getattr(_core, f"{dev.lower()}_device_count")()
             why = (f"this build of localllm has no {dev} backend" if not _core.backend_compiled(dev)
+                   else f"there is no {dev} device {number} ({count} found)" if number >= count
                    else f"no {dev} device is visible")
             raise ValueError(f"n_gpu_layers={ngl!r} needs a GPU, but {why}; use n_gpu_layers=0 "
                              f"(-ngl 0 or --device cpu)")
         if gpu_free is None:
             return None
         footprint = _core.Footprint(str(self.model_path), self.numerics)
-        plan = plan_layers(footprint.bytes, footprint.n_layer, ngl, n_ctx=n_ctx,
+        bytes_on_device = functools.partial(footprint.bytes, device=self.device_spec)
+        plan = plan_layers(bytes_on_device, footprint.n_layer, ngl, n_ctx=n_ctx,
                            kv_block_size=kv_block_size, n_batch=self.n_batch, kv_blocks=pool,
                            ctx_set=ctx_set, gpu_free=gpu_free, gpu_margin=gpu_margin, gpu_layers_max=footprint.gpu_layers_max)
         if not plan.fits:
@@ -242,7 +254,7 @@ class LLM:
             try:
                 loaded["model"] = _core.Model(str(self.model_path), self.n_threads, n_blocks,
                                               kv_block_size, self.numerics, self.n_gpu_layers,
-                                              *self.cache_types, n_ctx=self.n_ctx)
+                                              *self.cache_types, n_ctx=self.n_ctx, device=self.device_spec)
             except BaseException as e:  # re-raised on the caller's thread below
                 loaded["error"] = e
 
@@ -418,7 +430,10 @@ class LLM:
 
         Keyword arguments are `SamplingParams` fields: max_tokens, temperature, top_k, top_p,
         min_p, repeat_penalty, presence_penalty, frequency_penalty, penalty_last_n, logit_bias,
-        seed, stop, logprobs, ignore_eos.
+        seed, stop, logprobs, ignore_eos; and at most one constraint on the output:
+        json_schema (a JSON schema, dict or text), grammar (GBNF or Lark), regex, or
+        response_format (OpenAI's: {"type": "json_object"} or {"type": "json_schema",
+        "json_schema": {"name", "schema"}}). An invalid or unsupported one is a ValueError.
         """
         if not _is_prompt_list(prompt):
             return self._collect(*self._submit(self._request(prompt, sampling)))

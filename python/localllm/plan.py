@@ -106,18 +106,14 @@ def kv_blocks_for(n_ctx: int, kv_block_size: int) -> int:
     return -(-n_ctx // kv_block_size) + 1
 
 
-def gpu_free_bytes(device: str | None = None) -> int | None:
-    """Free memory of the first device of a device backend ("CUDA", "Vulkan"; None: the one -ngl
-    offloads to, `_core.offload_device()`), or None where this build lacks that backend or the
-    machine a device of it. The queries are the registry's `<name>_device_count` and
-    `<name>_free_memory`."""
-    device = _core.offload_device() if device is None else device
-    if not _core.backend_compiled(device):
+def gpu_free_bytes(device: str = "") -> int | None:
+    """Free memory of the device that a core device string ("" = the automatic choice, "Vulkan",
+    "CUDA:1"; `_core.resolve_device`) offloads to, or None where this build lacks that backend or
+    the machine that device. The query is the registry's `<name>_free_memory(device)`."""
+    name, number = _core.resolve_device(device)
+    if not _core.backend_compiled(name) or number < 0 or number >= getattr(_core, f"{name.lower()}_device_count")():
         return None
-    prefix = device.lower()
-    if getattr(_core, f"{prefix}_device_count")() == 0:
-        return None
-    return int(getattr(_core, f"{prefix}_free_memory")())
+    return int(getattr(_core, f"{name.lower()}_free_memory")(number))
 
 
 def _bytes(footprint: FootprintFn, ngl: int, kv_blocks: int, kv_block_size: int,

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from . import _core
+from .structured.grammar import GrammarSpec
 
 __all__ = ["SamplingParams", "StopMatcher", "make_sampler"]
 
@@ -35,7 +36,9 @@ class SamplingParams:
     seed. ``stop`` lists strings that end generation (not included in the output).
     ``logprobs=None`` reports none; ``0`` the chosen token's; ``n`` also the ``n`` most likely.
     ``ignore_eos`` keeps generating past end-of-generation tokens (as vLLM's option: benchmarks
-    and tests that need exactly ``max_tokens``).
+    and tests that need exactly ``max_tokens``). ``constraint`` (a `GrammarSpec` from
+    `localllm.structured.compile_constraint`) restricts every drawn token to those the grammar
+    allows; generation stops when the grammar is complete.
     """
 
     temperature: float = 0.8
@@ -52,6 +55,7 @@ class SamplingParams:
     stop: list[str] = field(default_factory=list)
     logprobs: int | None = None
     ignore_eos: bool = False
+    constraint: Optional[GrammarSpec] = None
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):  # OpenAI accepts a single string
@@ -89,6 +93,9 @@ class SamplingParams:
                 raise ValueError(f"sampling parameter logprobs must be None or an int >= 0, got {self.logprobs!r}")
             if n_vocab is not None and self.logprobs > n_vocab:
                 raise ValueError(f"sampling parameter logprobs must be <= n_vocab={n_vocab}, got {self.logprobs}")
+        if self.constraint is not None and not isinstance(self.constraint, GrammarSpec):
+            raise ValueError(f"sampling parameter constraint must be None or a GrammarSpec "
+                             f"(localllm.structured.compile_constraint), got {type(self.constraint).__name__}")
 
     def _validate_logit_bias(self, n_vocab: int | None) -> None:
         if not isinstance(self.logit_bias, Mapping):

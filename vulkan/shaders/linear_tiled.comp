@@ -21,6 +21,7 @@ layout(push_constant) uniform Push {
     uint N, K, T;
     uint row_bytes;
     uint tiles_n;   // ceil(N / BM): the flat group id is tile_n + tiles_n * tile_t
+    uint ldy, y0;   // y row t, column n is y[t * ldy + y0 + n] (a row window's columns of a wider y)
 } pc;
 
 #include "blocks.glsl"
@@ -68,6 +69,6 @@ void main() {
     for (uint i = 0u; i < 4u; ++i)
         for (uint j = 0u; j < 4u; ++j) {
             const uint n = n0 + tx + 16u * i, t = t0 + ty + 16u * j;
-            if (n < pc.N && t < pc.T) y[t * pc.N + n] = acc[i][j];
+            if (n < pc.N && t < pc.T) y[t * pc.ldy + pc.y0 + n] = acc[i][j];
         }
 }

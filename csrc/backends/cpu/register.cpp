@@ -16,7 +16,7 @@ const BackendInfo& cpu_backend_info() {
         &make_cpu_backend,
         &cpu_footprint,
         /*device_count=*/nullptr,
-        /*free_memory=*/nullptr,
+        /*default_device=*/nullptr,
         /*device_name=*/nullptr,
         /*mem_info=*/nullptr,
     };

@@ -20,13 +20,11 @@ namespace {
 
 int device_count() { return llc_device_count(); }
 
-void mem_info(size_t* free_bytes, size_t* total_bytes) { cuda::check(llc_mem_info(free_bytes, total_bytes)); }
+int default_device(bool /*named*/) { return llc_device_count() > 0 ? 0 : -1; }
 
-size_t free_memory() {
-    if (llc_device_count() == 0) return 0;
-    size_t free_b = 0, total_b = 0;
-    mem_info(&free_b, &total_b);
-    return free_b;
+void mem_info(int device, size_t* free_bytes, size_t* total_bytes) {
+    cuda::check(llc_set_device(device));
+    cuda::check(llc_mem_info(free_bytes, total_bytes));
 }
 
 std::string device_name(int device) {
@@ -39,13 +37,13 @@ std::string device_name(int device) {
 
 const BackendInfo& cuda_backend_info() {
     static const BackendInfo info{"CUDA", /*compiled=*/true, /*host=*/false, &make_cuda_backend, &cuda_footprint,
-                                  &device_count, &free_memory, &device_name, &mem_info};
+                                  &device_count, &default_device, &device_name, &mem_info};
     return info;
 }
 #else
 const BackendInfo& cuda_backend_info() {
     static const BackendInfo info{"CUDA", /*compiled=*/false, /*host=*/false, /*make=*/nullptr, &cuda_footprint,
-                                  /*device_count=*/[] { return 0; }, /*free_memory=*/[] { return (size_t)0; },
+                                  /*device_count=*/[] { return 0; }, /*default_device=*/[](bool) { return -1; },
                                   /*device_name=*/nullptr, /*mem_info=*/nullptr};
     return info;
 }

@@ -6,11 +6,15 @@
 set(LOCALLLM_VULKAN "AUTO" CACHE STRING "Build the Vulkan backend: AUTO (headers and glslc found), ON, OFF")
 set_property(CACHE LOCALLLM_VULKAN PROPERTY STRINGS AUTO ON OFF)
 
+# A machine without glslc (a lent GPU machine's image) can build with the shaders another build
+# compiled: its generated spirv_blobs.cpp (tests/vulkan_kit.sh carries it with the headers).
+set(LOCALLLM_VULKAN_SPIRV "" CACHE FILEPATH "spirv_blobs.cpp made by a build with glslc (then glslc is not needed)")
+
 set(LOCALLLM_WITH_VULKAN OFF)
 if(NOT LOCALLLM_VULKAN STREQUAL "OFF")
   find_path(LOCALLLM_VULKAN_INCLUDE_DIR vulkan/vulkan.h HINTS ENV VULKAN_SDK PATH_SUFFIXES include)
   find_program(LOCALLLM_GLSLC glslc HINTS ENV VULKAN_SDK PATH_SUFFIXES bin)
-  if(LOCALLLM_VULKAN_INCLUDE_DIR AND LOCALLLM_GLSLC)
+  if(LOCALLLM_VULKAN_INCLUDE_DIR AND (LOCALLLM_GLSLC OR EXISTS "${LOCALLLM_VULKAN_SPIRV}"))
     set(LOCALLLM_WITH_VULKAN ON)
   elseif(LOCALLLM_VULKAN STREQUAL "ON")
     message(FATAL_ERROR "LOCALLLM_VULKAN=ON but the Vulkan headers (vulkan/vulkan.h: ${LOCALLLM_VULKAN_INCLUDE_DIR}) "

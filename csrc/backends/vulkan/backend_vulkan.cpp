@@ -116,6 +116,8 @@ public:
     void output_head(const float* x, const Batch& b, const WeightRef& norm, float eps, const WeightRef& out,
                      float* logits_host) override;
 
+    size_t device_memory() const override { return mem_->ctx().device_bytes(); }
+
 protected:
     std::unique_ptr<Buffer> alloc_raw(size_t bytes, MemKind kind) override {
         try {
@@ -148,9 +150,9 @@ private:
         int64_t row0, rows;
     };
     std::map<const void*, std::vector<RowWindow>> windows_;
-    std::unique_ptr<Buffer> window_out_;                     // [T, rows] of one window, grown
     void place_in_windows(WeightRef* w);
-    void linear_one(const WeightRef& w, vk::Buffer& bw, vk::Buffer& bx, vk::Buffer& by, int64_t T, int64_t N);
+    void linear_one(const WeightRef& w, vk::Buffer& bw, vk::Buffer& bx, vk::Buffer& by, int64_t T, int64_t N,
+                    vk::OutColumns cols = {});
     void linear_windows(const WeightRef& w, const std::vector<RowWindow>& ws, vk::Buffer& bx, vk::Buffer& by, int64_t T);
     std::vector<std::unique_ptr<Buffer>> act_;              // one buffer per ActScratch field
     std::unique_ptr<Buffer> logits_, tokens_buf_, positions_buf_, seq_buf_, rope_cs_[2], block_tables_;
@@ -272,37 +274,28 @@ bool VulkanBackend::matvec_chunks(int64_t T, int64_t N, int64_t K) const {
 }
 
 void VulkanBackend::linear_one(const WeightRef& w, vk::Buffer& bw, vk::Buffer& bx, vk::Buffer& by, int64_t T,
-                               int64_t rows) {
+                               int64_t rows, vk::OutColumns cols) {
     const uint32_t N = u32(rows, "rows"), K = u32(w.ne0, "columns"), step = vk::kMatVecMaxTokens;
-    if (matvec_chunks(T, N, K)) {
+    const uint32_t ldy = cols.ldy ? cols.ldy : N;
+    if (matvec_chunks(T, ldy, K)) {
         for (uint32_t t0 = 0; t0 < (uint32_t)T; t0 += step) {
             mem_->record();
             vk::op_linear_rows(mem_->ctx(), (uint32_t)w.type, bw, vk::BufferRange{&bx, (uint64_t)t0 * K * 4},
-                               vk::BufferRange{&by, (uint64_t)t0 * N * 4}, std::min<uint32_t>(step, T - t0), N, K);
+                               vk::BufferRange{&by, (uint64_t)t0 * ldy * 4}, std::min<uint32_t>(step, T - t0), N, K,
+                               cols);
         }
     } else {
         mem_->record();
-        vk::op_linear(mem_->ctx(), (uint32_t)w.type, bw, bx, by, u32(T, "tokens"), N, K);
+        vk::op_linear(mem_->ctx(), (uint32_t)w.type, bw, bx, by, u32(T, "tokens"), N, K, vk::LinearKernel::Auto, cols);
     }
 }
 
-// Each window's [T, rows] goes to window_out_, then into its columns of y (one copy region per token).
+// Each window writes its rows' outputs straight into their columns of y.
 void VulkanBackend::linear_windows(const WeightRef& w, const std::vector<RowWindow>& ws, vk::Buffer& bx,
                                    vk::Buffer& by, int64_t T) {
-    int64_t widest = 0;
-    for (const RowWindow& r : ws) widest = std::max(widest, r.rows);
-    const size_t out_bytes = (size_t)(T * widest) * sizeof(float);
-    if (!window_out_ || window_out_->bytes() < out_bytes)
-        window_out_ = alloc_checked(out_bytes, MemKind::Scratch, "linear output of a row window");
-    vk::Buffer& tmp = buf(window_out_->data(), "row window output");
-    for (const RowWindow& r : ws) {
-        linear_one(w, buf(r.data, w.name.c_str()), bx, tmp, T, r.rows);
-        std::vector<VkBufferCopy> regions((size_t)T);
-        for (int64_t t = 0; t < T; ++t)
-            regions[t] = VkBufferCopy{(uint64_t)(t * r.rows) * 4, (uint64_t)(t * w.ne1 + r.row0) * 4, (uint64_t)r.rows * 4};
-        mem_->record();
-        mem_->ctx().copy_regions(tmp, by, regions);
-    }
+    for (const RowWindow& r : ws)
+        linear_one(w, buf(r.data, w.name.c_str()), bx, by, T, r.rows,
+                   vk::OutColumns{u32(w.ne1, "rows"), u32(r.row0, "window row")});
 }
 
 void VulkanBackend::linear_group(const LinearOut* outs, int n, const float* x, int64_t T) {

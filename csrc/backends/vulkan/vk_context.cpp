@@ -46,8 +46,10 @@ Buffer& Buffer::operator=(Buffer&& o) noexcept {
     if (this != &o) {
         release();
         ctx_ = o.ctx_, buffer_ = o.buffer_, memory_ = o.memory_, size_ = o.size_, mapped_ = o.mapped_;
+        device_bytes_ = o.device_bytes_;
         name_ = std::move(o.name_);
         o.ctx_ = nullptr, o.buffer_ = VK_NULL_HANDLE, o.memory_ = VK_NULL_HANDLE, o.mapped_ = nullptr, o.size_ = 0;
+        o.device_bytes_ = 0;
     }
     return *this;
 }
@@ -58,6 +60,8 @@ void Buffer::release() {
     if (mapped_) f.vkUnmapMemory(ctx_->device_, memory_);
     if (buffer_) f.vkDestroyBuffer(ctx_->device_, buffer_, nullptr);
     if (memory_) f.vkFreeMemory(ctx_->device_, memory_, nullptr);
+    ctx_->device_bytes_ -= device_bytes_;
+    device_bytes_ = 0;
     ctx_ = nullptr, buffer_ = VK_NULL_HANDLE, memory_ = VK_NULL_HANDLE, mapped_ = nullptr, size_ = 0;
 }
 
@@ -161,6 +165,10 @@ Buffer Context::create_buffer(const std::string& name, uint64_t bytes, MemoryKin
         throw std::runtime_error("Vulkan allocation of " + std::to_string(req.size) + " bytes for '" + name + "' on " +
                                  info_.name + " failed: " + result_name(r));
     check(fns_.vkBindBufferMemory(device_, b.buffer_, b.memory_, 0), "vkBindBufferMemory");
+    if (kind == MemoryKind::DeviceLocal) {
+        b.device_bytes_ = req.size;
+        device_bytes_ += req.size;
+    }
     if (kind == MemoryKind::Staging)
         check(fns_.vkMapMemory(device_, b.memory_, 0, VK_WHOLE_SIZE, 0, &b.mapped_), "vkMapMemory");
     return b;

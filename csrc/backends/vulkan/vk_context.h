@@ -42,6 +42,7 @@ private:
     VkBuffer buffer_ = VK_NULL_HANDLE;
     VkDeviceMemory memory_ = VK_NULL_HANDLE;
     uint64_t size_ = 0;
+    uint64_t device_bytes_ = 0;   // the allocation's size where it is device memory, else 0
     void* mapped_ = nullptr;
     std::string name_;
 };
@@ -75,6 +76,9 @@ public:
     // Bytes one buffer may hold here: min(1 GiB, maxStorageBufferRange, maxMemoryAllocationSize),
     // so a whole buffer is always one bindable window.
     uint64_t max_buffer_bytes() const { return max_buffer_bytes_; }
+    // Device-memory bytes the driver gave this context's live device buffers (their memory
+    // requirements, padding and alignment included; staging buffers not counted).
+    uint64_t device_bytes() const { return device_bytes_; }
 
     // `name` says what the buffer holds, for the error when it cannot be made.
     Buffer create_buffer(const std::string& name, uint64_t bytes, MemoryKind kind);
@@ -113,6 +117,7 @@ private:
     uint32_t find_memory_type(uint32_t type_bits, MemoryKind kind) const;
     void check_usable() const;
 
+    uint64_t device_bytes_ = 0;
     const Instance& instance_;
     DeviceInfo info_;
     DeviceFns fns_;

@@ -25,13 +25,18 @@ void op_dequantize(Context& c, uint32_t type, const Buffer& w, Buffer& out, uint
 void op_embed(Context& c, uint32_t type, const Buffer& table, const Buffer& ids, Buffer& out, uint32_t T, uint32_t K);
 // y[T, N] = x[T, K] . W[N, K]^T, W raw blocks of `type` dequantized in the shader.
 enum class LinearKernel { Auto, MatVec, Tiled };
+// Where y's [T, N] lies: row t at y[t * ldy + col0 ...]; ldy 0 means N (a plain [T, N]). A matrix
+// held as row windows writes each window's outputs straight into its columns of the full y.
+struct OutColumns {
+    uint32_t ldy = 0, col0 = 0;
+};
 void op_linear(Context& c, uint32_t type, const Buffer& w, const Buffer& x, Buffer& y, uint32_t T, uint32_t N,
-               uint32_t K, LinearKernel kernel = LinearKernel::Auto);
+               uint32_t K, LinearKernel kernel = LinearKernel::Auto, OutColumns cols = {});
 constexpr uint32_t kMatVecMaxTokens = 4;   // MAX_COLS in linear_matvec.comp
 // The matrix-vector kernel on up to 4 tokens of x and y bound from byte offsets (multiples of the
 // device's alignment: Context::bindable_offset): a batch taken a few rows at a time.
 void op_linear_rows(Context& c, uint32_t type, const Buffer& w, BufferRange x, BufferRange y, uint32_t T, uint32_t N,
-                    uint32_t K);
+                    uint32_t K, OutColumns cols = {});
 // The kernel Auto picks for T tokens.
 LinearKernel linear_kernel_for(uint32_t T);
 

@@ -12,7 +12,6 @@ namespace lll::vk {
 namespace {
 
 constexpr uint32_t kDequantGroup = 64;
-constexpr uint32_t kMatVecGroup = 128;
 constexpr uint32_t kMatVecRows = 2;     // NUM_ROWS in linear_matvec.comp
 constexpr uint32_t kMatVecCols = kMatVecMaxTokens;
 constexpr uint32_t kTile = 64;          // BM = BN in linear_tiled.comp
@@ -58,6 +57,9 @@ uint32_t row_bytes(uint32_t type, uint32_t K) {
     return K / tt->block_elems * tt->block_bytes;
 }
 
+// The matrix-vector kernel's workgroup: one subgroup (linear_matvec.comp), 8 to 64 invocations.
+uint32_t matvec_group(const Context& c) { return std::clamp<uint32_t>(c.info().subgroup_size, 8, 64); }
+
 void spread(const Context& c, uint64_t n, uint32_t* gx, uint32_t* gy) {
     const uint64_t max_x = std::min<uint32_t>(c.info().max_workgroup_count[0], 65535);
     *gx = n ? (uint32_t)std::min<uint64_t>(n, max_x) : 0;
@@ -88,14 +90,14 @@ void op_embed(Context& c, uint32_t type, const Buffer& table, const Buffer& ids,
 }
 
 void op_linear_rows(Context& c, uint32_t type, const Buffer& w, BufferRange x, BufferRange y, uint32_t T, uint32_t N,
-                    uint32_t K) {
+                    uint32_t K, OutColumns cols) {
     if (T > kMatVecCols)
         throw std::invalid_argument("Vulkan linear: the matrix-vector kernel takes at most " +
                                     std::to_string(kMatVecCols) + " tokens, got " + std::to_string(T));
     struct {
-        uint32_t N, K, T, row_bytes;
-    } push{N, K, T, row_bytes(type, K)};
-    const Pipeline& p = c.pipeline(kernel_name("linear_matvec", type), 3, sizeof(push), {kMatVecGroup});
+        uint32_t N, K, T, row_bytes, ldy, y0;
+    } push{N, K, T, row_bytes(type, K), cols.ldy ? cols.ldy : N, cols.col0};
+    const Pipeline& p = c.pipeline(kernel_name("linear_matvec", type), 3, sizeof(push), {matvec_group(c)});
     uint32_t gx, gy;
     spread(c, (N + kMatVecRows - 1) / kMatVecRows, &gx, &gy);
     c.dispatch(p, {BufferRange{&w, 0}, x, y}, &push, gx, gy);
@@ -104,17 +106,17 @@ void op_linear_rows(Context& c, uint32_t type, const Buffer& w, BufferRange x, B
 LinearKernel linear_kernel_for(uint32_t T) { return T <= kMatVecCols ? LinearKernel::MatVec : LinearKernel::Tiled; }
 
 void op_linear(Context& c, uint32_t type, const Buffer& w, const Buffer& x, Buffer& y, uint32_t T, uint32_t N,
-               uint32_t K, LinearKernel kernel) {
+               uint32_t K, LinearKernel kernel, OutColumns cols) {
     if (kernel == LinearKernel::Auto) kernel = linear_kernel_for(T);
     const uint32_t rb = row_bytes(type, K);
     uint32_t gx, gy;
     if (kernel == LinearKernel::MatVec) {
-        op_linear_rows(c, type, w, BufferRange{&x, 0}, BufferRange{&y, 0}, T, N, K);
+        op_linear_rows(c, type, w, BufferRange{&x, 0}, BufferRange{&y, 0}, T, N, K, cols);
         return;
     }
     struct {
-        uint32_t N, K, T, row_bytes, tiles_n;
-    } push{N, K, T, rb, (N + kTile - 1) / kTile};
+        uint32_t N, K, T, row_bytes, tiles_n, ldy, y0;
+    } push{N, K, T, rb, (N + kTile - 1) / kTile, cols.ldy ? cols.ldy : N, cols.col0};
     const Pipeline& p = c.pipeline(kernel_name("linear_tiled", type), 3, sizeof(push));
     spread(c, (uint64_t)push.tiles_n * ((T + kTile - 1) / kTile), &gx, &gy);
     c.dispatch(p, {&w, &x, &y}, &push, gx, gy);

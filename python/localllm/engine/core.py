@@ -34,6 +34,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence as Seq
 
 import numpy as np
 
+from .constraints import Constraints, StepMasks
 from .embedding_jobs import EmbeddingBatch, EmbeddingJob, EmbeddingQueue, padded_tables
 from .kv_blocks import NULL_BLOCK, BlockPool, BlockTable
 from ..sampling import SamplingParams, StopMatcher, make_sampler
@@ -139,6 +140,7 @@ class _Request:
     siblings: list = field(default_factory=list)   # Sequences of the same prompt parked on this one
     parked_on: Optional[Sequence] = None  # the sibling whose prompt this one waits for
     speculate: bool = False               # the engine's proposer drafts tokens for it
+    matcher: Any = None                   # llguidance matcher of a constrained request (params.constraint)
 
 
 # Embedding tokens a step that runs generation carries: a few rows more in each decode step.
@@ -186,6 +188,7 @@ class Engine:
         self._loop_thread: Optional[threading.Thread] = None
         self._stopping = False
         self.proposer = proposer
+        self.constraints = Constraints(tokenizer, self.n_vocab)
         # Embedding jobs ride in the steps (embedding_jobs.py): while generation runs they add
         # at most EMBED_SHARE tokens to a step (docs/embeddings.md has the measured trade).
         self.embeddings = EmbeddingQueue(self.pool, share=EMBED_SHARE, chunked=not model.bidirectional)
@@ -243,6 +246,9 @@ class Engine:
         for p in params:
             self.check_request(prompt_ids, p.max_tokens)
         prompt_ids = [int(t) for t in prompt_ids]
+        # One matcher per continuation (each follows its own tokens); built before anything is
+        # queued, so a grammar llguidance cannot compile fails the submit with a ValueError.
+        matchers = [None if p.constraint is None else self.constraints.matcher(p.constraint) for p in params]
         samplers = []
         for p in params:
             sampler = make_sampler(p, self.n_vocab)
@@ -250,16 +256,16 @@ class Engine:
                 sampler.accept(t)
             samplers.append(sampler)
         # Stop-string automata are built here, outside the inbox lock the step loop also takes.
-        matchers = [StopMatcher(p.stop or []) for p in params]
+        stop_matchers = [StopMatcher(p.stop or []) for p in params]
         now = time.perf_counter()
         with self._inbox_cond:
             first: Optional[Sequence] = None
-            for p, sampler, sink, stops in zip(params, samplers, sinks, matchers):
+            for p, sampler, sink, stops, matcher in zip(params, samplers, sinks, stop_matchers, matchers):
                 rid = self._next_id
                 self._next_id += 1
                 req = _Request(rid, p, p.max_tokens, sampler, StreamDecoder(self.tokenizer),
                                stops, RequestTimes(submitted=now), keep_logits, sink=sink,
-                               speculate=speculate)
+                               speculate=speculate, matcher=matcher)
                 seq = Sequence(rid, list(prompt_ids), len(prompt_ids), BlockTable(self.pool), arrival=rid,
                                payload=req)
                 self._seqs[rid] = seq
@@ -473,11 +479,13 @@ class Engine:
                     self._embedding_step(extra)
                 return extra is not None
             tokens, positions, seq_of_token, tables, rows = self._batch_arrays(schedule)
+            pending = self._start_masks(schedule, len(rows))     # computed while the forward runs
             if extra is None:
                 logits = self.model.forward(tokens, positions, seq_of_token, tables, rows,
                                             self._logits_out(len(rows)))             # [n_rows, n_vocab]
             else:
                 logits = self._mixed_step(extra, tokens, positions, seq_of_token, tables, rows)
+            masks = pending.wait() if pending is not None else None                  # [n_rows, words]
             self.scheduler.commit(schedule)
             self._count(schedule, len(tokens))
             self._prefill_drafts(schedule)
@@ -487,12 +495,13 @@ class Engine:
                     continue
                 seq, n_rows = c.seq, 1 + c.n_draft
                 if c.n_draft:
+                    allowed = masks[first:first + n_rows] if seq.payload.matcher is not None else None
                     self._guarded(seq, self._on_draft_logits, seq, logits[first:first + n_rows],
-                                  seq.draft[:c.n_draft])
+                                  seq.draft[:c.n_draft], allowed)
                 else:
                     plain.append((seq, first))
                 first += n_rows
-            self._sample_rows(plain, logits)
+            self._sample_rows(plain, logits, masks)
             return True
 
     def _embedding_step(self, extra: EmbeddingBatch) -> None:
@@ -523,6 +532,19 @@ class Engine:
         extra.finish(hidden)
         return logits
 
+    def _start_masks(self, schedule: Schedule, n_rows: int) -> Optional[StepMasks]:
+        """Start computing the token masks of the step's constrained rows (None: there are
+        none); row numbering as the step's logits rows."""
+        jobs, first = [], 0
+        for c in schedule.chunks:
+            if not c.wants_logits:
+                continue
+            matcher = c.seq.payload.matcher
+            if matcher is not None:
+                jobs.append((matcher, first, list(c.seq.draft[:c.n_draft])))
+            first += 1 + c.n_draft
+        return self.constraints.start(jobs, n_rows) if jobs else None
+
     def _guarded(self, seq: Sequence, fn, *args) -> None:
         """fn(*args); an exception (e.g. NaN logits) fails this request only, the others go on."""
         try:
@@ -530,14 +552,16 @@ class Engine:
         except Exception as e:
             self._finish(seq, "error", RequestOutput(seq.seq_id, [], "", error=e), flush=False)
 
-    def _sample_rows(self, plain: list[tuple[Sequence, int]], logits: np.ndarray) -> None:
+    def _sample_rows(self, plain: list[tuple[Sequence, int]], logits: np.ndarray,
+                     masks: Optional[np.ndarray]) -> None:
         """Draw (and accept) the next token of every plain row in one call on the model's threads
         (one GIL hand-over per step instead of one per sequence; a 262k-vocabulary draw takes
-        about 0.1 ms), then emit them in the batch's order."""
+        about 0.1 ms), constrained rows under their masks, then emit them in the batch's order."""
         if not plain:
             return
+        mask_rows = [] if masks is None else [row if seq.payload.matcher is not None else -1 for seq, row in plain]
         tokens, errors = self.model.sample_rows([seq.payload.sampler for seq, _ in plain], logits,
-                                                [row for _, row in plain])
+                                                [row for _, row in plain], masks=masks, mask_rows=mask_rows)
         for (seq, row), tok, error in zip(plain, tokens, errors):
             if error is not None:
                 self._finish(seq, "error", RequestOutput(seq.seq_id, [], "", error=RuntimeError(error)), flush=False)
@@ -607,7 +631,8 @@ class Engine:
         s.max_batch_tokens_seen = max(s.max_batch_tokens_seen, n_tokens)
         s.max_running_seen = max(s.max_running_seen, len(self.scheduler.running))
 
-    def _on_draft_logits(self, seq: Sequence, logits: np.ndarray, draft: list[int]) -> None:
+    def _on_draft_logits(self, seq: Sequence, logits: np.ndarray, draft: list[int],
+                         allowed: Optional[np.ndarray] = None) -> None:
         """Verify a draft: logits [k + 1, n_vocab], row i from the sequence's last token plus
         draft[:i]. Each row is sampled exactly as plain decoding samples it (same sampler, same
         penalty history so far), so greedy output is plain decoding's token for token; with
@@ -617,13 +642,14 @@ class Engine:
         sampler, greedy = req.sampler, req.params.temperature <= 0.0
         n_accepted = 0
         for i, row in enumerate(logits):
+            mask = None if allowed is None else allowed[i]    # the grammar after draft[:i]
             if i == len(draft):                      # all accepted: the bonus token
-                tok, ok = int(sampler.sample(row)), False
+                tok, ok = int(sampler.sample(row, mask)), False
             elif greedy:
-                tok = int(sampler.sample(row))
+                tok = int(sampler.sample(row, mask))
                 ok = tok == draft[i]
             else:
-                tok, ok = sampler.verify(row, draft[i])
+                tok, ok = sampler.verify(row, draft[i], allowed=mask)
             sampler.accept(tok)
             n_accepted += ok
             if not self._emit_token(seq, tok, row) or not ok:
@@ -646,6 +672,8 @@ class Engine:
         if req.siblings:           # its prompt is computed and cached: they can share it now
             self._release_siblings(seq)
         kept = logits.copy() if req.keep_logits else None
+        if req.matcher is not None and not req.matcher.consume_token(tok):
+            raise RuntimeError(f"token {tok} broke the grammar: {req.matcher.get_error()}")
         if tok in self._eog and not req.params.ignore_eos:
             self._finish(seq, "stop", RequestOutput(req.request_id, [], "", logits=kept, created=now))
             return False
@@ -658,6 +686,10 @@ class Engine:
         out.text, stopped = req.stops.feed(req.decoder.feed(tok))
         if stopped:
             self._finish(seq, "stop", out, flush=False)
+        elif req.matcher is not None and req.matcher.is_stopped():
+            # The grammar admits nothing more (only an end token): complete, stop now rather
+            # than spend a step on the end token.
+            self._finish(seq, "stop", out)
         elif seq.n_generated >= req.max_new:
             self._finish(seq, "length", out)
         else:

@@ -15,12 +15,14 @@ import numpy as np
 
 from ..text.chat import render_chat
 from ..sampling import SamplingParams
+from ..structured.grammar import compile_constraint
 from ..text.tokenizer import Tokenizer, TokenAttr
 
 __all__ = ["EngineRequest", "RequestBuilder", "Prompt"]
 
 Prompt = Union[str, Sequence[int]]
 _SEED_LIMIT = 2**64
+_CONSTRAINT_OPTIONS = ("json_schema", "grammar", "response_format", "regex")
 
 
 @dataclass
@@ -94,19 +96,21 @@ class RequestBuilder:
             raise ValueError(f"token ids out of range [0, {self.n_vocab}): {bad[:5]}")
         return ids
 
-    def chat_prompt(self, messages: Sequence[dict], add_generation_prompt: bool = True) -> str:
-        """The conversation rendered with the model's chat template (sandboxed)."""
+    def chat_prompt(self, messages: Sequence[dict], add_generation_prompt: bool = True,
+                    tools: Optional[list[dict]] = None) -> str:
+        """The conversation rendered with the model's chat template (sandboxed); tools (OpenAI's
+        array) reach the template as its `tools` variable."""
         tok = self.tokenizer
         return render_chat(messages, self.chat_template, bos_token=tok.bos_token or "",
-                           eos_token=tok.eos_token or "", add_generation_prompt=add_generation_prompt)
+                           eos_token=tok.eos_token or "", add_generation_prompt=add_generation_prompt, tools=tools)
 
-    def chat_tokens(self, messages: Sequence[dict]) -> list[int]:
+    def chat_tokens(self, messages: Sequence[dict], tools: Optional[list[dict]] = None) -> list[int]:
         """Token ids of a rendered conversation; no second BOS when the template writes one.
         Control-token texts inside the messages stay text (see chat_parse_special)."""
         literals: dict[str, str] = {}
         if not self.chat_parse_special:
             messages = self._mark_control_texts(messages, literals)
-        text = self.chat_prompt(messages)
+        text = self.chat_prompt(messages, tools=tools)
         bos = self.tokenizer.bos_token
         add_bos = not (bos and text.startswith(bos))
         if not literals:            # nothing to keep literal: exactly the template's text, parsed
@@ -156,9 +160,9 @@ class RequestBuilder:
             out.append(tok.eos_id)
         return out
 
-    def chat_ids(self, messages: Sequence[dict]) -> list[int]:
+    def chat_ids(self, messages: Sequence[dict], tools: Optional[list[dict]] = None) -> list[int]:
         """chat_tokens of a conversation that fits the context as a prompt."""
-        return self._check_length(self.chat_tokens(messages))
+        return self._check_length(self.chat_tokens(messages, tools))
 
     def _check_length(self, ids: list[int]) -> list[int]:
         if not ids:
@@ -170,7 +174,7 @@ class RequestBuilder:
 
     # ---- whole requests ----
     def build(self, prompt: Any = None, *, messages: Optional[Sequence[dict]] = None, n: int = 1,
-              **sampling) -> EngineRequest:
+              tools: Optional[list[dict]] = None, **sampling) -> EngineRequest:
         """An engine request from exactly one of `prompt` (text or token ids) and `messages`
         (a chat conversation), with `SamplingParams` fields as keyword arguments.
 
@@ -182,14 +186,21 @@ class RequestBuilder:
             raise TypeError("give exactly one of prompt and messages")
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"n must be an int >= 1, got {n!r}")
-        ids = self.prompt_ids(prompt) if messages is None else self.chat_ids(messages)
+        ids = self.prompt_ids(prompt) if messages is None else self.chat_ids(messages, tools)
         params = self.params(sampling)
         params.max_tokens = min(params.max_tokens, self.n_ctx - len(ids))
         return EngineRequest(ids, params, n)
 
     def params(self, sampling: dict) -> SamplingParams:
-        """Validated SamplingParams with the default seed filled in."""
+        """Validated SamplingParams with the default seed filled in; json_schema, grammar,
+        response_format or regex (`compile_constraint`) become its constraint."""
         fields = dict(sampling)
+        spec = compile_constraint(**{k: fields.pop(k) for k in _CONSTRAINT_OPTIONS if k in fields})
+        if spec is not None:
+            if fields.get("constraint") is not None:
+                raise ValueError(f"{spec.kind}: cannot be combined with another constraint on the output "
+                                 f"({fields['constraint'].kind})")
+            fields["constraint"] = spec
         if fields.get("seed") is None:
             fields["seed"] = self.default_seed if self.default_seed is not None \
                 else int.from_bytes(os.urandom(4), "little")

@@ -28,6 +28,8 @@ from ..engine import RequestOutput
 from ..llm import LLM
 from ..engine.requests import EngineRequest
 from .embeddings import add_embedding_routes
+from ..structured.tokenizer import special_marker_texts
+from ..structured.tools import ToolSetup
 from .errors import APIError, bad_request, error_body, install_error_handlers, invalid_body
 from .guard import RequestGuard
 from .metrics import CONTENT_TYPE
@@ -187,9 +189,34 @@ def _add_generation_routes(app: FastAPI, state: ServerState, auth: list) -> None
         state.check_choices(body.n, 1)
         conversation = _conversation(body, state, llm)
         sampling = _sampling(body, state, llm)
+        tools = _tool_setup(body, llm)
+        if tools is not None:
+            conversation = tools.messages(conversation)
+            constraint = await _user_call(tools.constraint, param="tools")
+            if constraint is not None and "constraint" in sampling:
+                raise bad_request("response_format and a tool_choice that forces or parses a call cannot be "
+                                  "combined", param="response_format")
+            if constraint is not None:
+                sampling["constraint"] = constraint
+            sampling["tools"] = tools.template_tools()
         req = await _user_call(lambda: llm.make_request(messages=conversation, n=body.n, **sampling),
                                param="messages")
-        return await _run(state, request, body, [req], "chat")
+        return await _run(state, request, body, [req], "chat", tools)
+
+
+def _tool_setup(body: ChatRequest, llm: LLM) -> Optional[ToolSetup]:
+    """The request's tools for this model's template (None without tools); 400 naming the
+    field when they are invalid."""
+    if not body.tools:
+        if body.tool_choice not in (None, "none", "auto"):
+            raise bad_request("tool_choice: needs tools", param="tool_choice")
+        return None
+    try:
+        return ToolSetup(body.tools, body.tool_choice, body.parallel_tool_calls, llm.chat_template,
+                         special_marker_texts(llm.tokenizer))
+    except ValueError as e:
+        message = str(e)
+        raise bad_request(message, param="tool_choice" if message.startswith("tool_choice") else "tools") from None
 
 
 def _sampling(body: Union[ChatRequest, CompletionRequest], state: ServerState, llm: LLM) -> dict:
@@ -203,13 +230,13 @@ def _sampling(body: Union[ChatRequest, CompletionRequest], state: ServerState, l
 
 
 async def _run(state: ServerState, request: Request, body: Union[ChatRequest, CompletionRequest],
-               reqs: list[EngineRequest], kind: str) -> Response:
+               reqs: list[EngineRequest], kind: str, tools: Optional[ToolSetup] = None) -> Response:
     """Submit the engine requests and answer: a stream of chunks, or one JSON body."""
     llm = state.llm
     state.admit(sum(r.n for r in reqs))
     answer = Completion(kind, state.model_id, llm.tokenizer, sum(r.n for r in reqs),
                         sum(len(r.prompt_ids) for r in reqs), reqs[0].params.logprobs is not None,
-                        body.include_usage)
+                        body.include_usage, tools if tools is not None and tools.parses else None)
     group = RequestGroup(llm.engine)
     flight = state.track(group)
     try:

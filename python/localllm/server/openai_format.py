@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from ..engine import RequestOutput
+from ..structured.tools import ToolCallStream, ToolSetup
 from ..text.tokenizer import Tokenizer
 
 __all__ = ["Completion"]
@@ -22,13 +23,14 @@ class _Choice:
     finish_reason: Optional[str] = None
     text_len: int = 0                                     # characters emitted so far (text_offset)
     started: bool = False                                 # chat: the role chunk was sent
+    tool_stream: Optional[ToolCallStream] = None          # chat with tools: holds back call markup
 
 
 class Completion:
     """Answer of one request. kind: "chat" or "text"; wants_logprobs: the request asked for them."""
 
     def __init__(self, kind: str, model_id: str, tokenizer: Tokenizer, n_choices: int, prompt_tokens: int,
-                 wants_logprobs: bool, include_usage: bool = False):
+                 wants_logprobs: bool, include_usage: bool = False, tools: Optional[ToolSetup] = None):
         self.kind = kind
         self.id = ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex
         self.created = int(time.time())
@@ -38,6 +40,9 @@ class Completion:
         self.prompt_tokens = prompt_tokens
         self.wants_logprobs = wants_logprobs
         self.include_usage = include_usage
+        self.tools = tools              # parse tool calls out of each choice (chat with tools)
+        for c in self.choices:
+            c.tool_stream = ToolCallStream(tools) if tools is not None else None
 
     # ---- pieces ----
     def _token(self, token: int) -> tuple[str, bytes]:
@@ -90,12 +95,20 @@ class Completion:
         for i, c in enumerate(self.choices):
             text = "".join(c.text)
             choice: dict[str, Any] = {"index": i}
+            finish_reason = c.finish_reason
             if self.kind == "chat":
                 choice["message"] = {"role": "assistant", "content": text}
+                calls = []
+                if self.tools is not None:
+                    content, calls = self.tools.parse(text)
+                if calls:
+                    choice["message"] = {"role": "assistant", "content": content or None,
+                                         "tool_calls": [call.openai() for call in calls]}
+                    finish_reason = "tool_calls" if finish_reason == "stop" else finish_reason
             else:
                 choice["text"] = text
             choice["logprobs"] = self._logprobs(c.logprobs, 0)
-            choice["finish_reason"] = c.finish_reason
+            choice["finish_reason"] = finish_reason
             choices.append(choice)
         return {"id": self.id, "object": "chat.completion" if self.kind == "chat" else "text_completion",
                 "created": self.created, "model": self.model_id, "choices": choices, "usage": self.usage()}
@@ -120,17 +133,38 @@ class Completion:
                 c.started = True
                 chunks.append(self._chunk([{"index": index, "delta": {"role": "assistant", "content": ""},
                                             "logprobs": None, "finish_reason": None}]))
-            if out.text or lp:
-                chunks.append(self._chunk([{"index": index, "delta": {"content": out.text}, "logprobs": lp,
+            text, finish_reason = out.text, out.finish_reason
+            if c.tool_stream is not None:
+                text = c.tool_stream.feed(text)
+            if text or lp:
+                chunks.append(self._chunk([{"index": index, "delta": {"content": text}, "logprobs": lp,
                                             "finish_reason": None}]))
             if out.finished:
+                if c.tool_stream is not None:
+                    chunks += self._tool_chunks(index, c.tool_stream)
+                    finish_reason = "tool_calls" if c.tool_stream.calls and finish_reason == "stop" else finish_reason
                 chunks.append(self._chunk([{"index": index, "delta": {}, "logprobs": None,
-                                            "finish_reason": out.finish_reason}]))
+                                            "finish_reason": finish_reason}]))
         elif out.text or lp or out.finished:
             chunks.append(self._chunk([{"index": index, "text": out.text, "logprobs": lp,
                                         "finish_reason": out.finish_reason if out.finished else None}]))
         if out.finished:
             c.finish_reason = out.finish_reason
+        return chunks
+
+    def _tool_chunks(self, index: int, stream: ToolCallStream) -> list[dict]:
+        """The end of a choice with tools: held-back content, then each call as OpenAI's deltas
+        keyed by its index (id, type and name first, then the arguments)."""
+        content, calls = stream.finish()
+        chunks = []
+        if content:
+            chunks.append(self._chunk([{"index": index, "delta": {"content": content}, "logprobs": None,
+                                        "finish_reason": None}]))
+        for i, call in enumerate(calls):
+            head = {"index": i, "id": call.id, "type": "function", "function": {"name": call.name, "arguments": ""}}
+            for delta in (head, {"index": i, "function": {"arguments": call.arguments}}):
+                chunks.append(self._chunk([{"index": index, "delta": {"tool_calls": [delta]}, "logprobs": None,
+                                            "finish_reason": None}]))
         return chunks
 
     def usage_chunk(self) -> dict:

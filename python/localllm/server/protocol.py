@@ -10,6 +10,8 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
+from ..structured.grammar import compile_constraint
+
 __all__ = ["ChatRequest", "CompletionRequest", "DetokenizeRequest", "TokenizeRequest", "MAX_LOGPROBS", "MAX_N"]
 
 MAX_LOGPROBS = 20        # top alternatives per token (OpenAI allows 20 in chat)
@@ -50,10 +52,19 @@ class _Sampling(_Body):
     stream: StrictBool = False
     stream_options: Optional[StreamOptions] = None
     ignore_eos: StrictBool = False
+    # Constrained output: OpenAI's response_format, and llama-server's json_schema / grammar (GBNF).
+    response_format: Optional[dict[str, Any]] = None
+    json_schema: Optional[Union[dict[str, Any], StrictBool]] = None
+    grammar: Optional[StrictStr] = None
 
     def sampling(self, n_vocab: int) -> dict[str, Any]:
-        """`SamplingParams` fields for the fields this request sets."""
+        """`SamplingParams` fields for the fields this request sets (a constraint compiled:
+        a ValueError names the field and the problem)."""
         out: dict[str, Any] = {}
+        constraint = compile_constraint(response_format=self.response_format, json_schema=self.json_schema,
+                                        grammar=self.grammar)
+        if constraint is not None:
+            out["constraint"] = constraint
         max_tokens = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
         # No limit given: until end of generation or the end of the context (capped there).
         out["max_tokens"] = max_tokens if max_tokens is not None else 2**31
@@ -122,6 +133,9 @@ class ChatMessage(_Body):
 class ChatRequest(_Sampling):
     """POST /v1/chat/completions."""
     messages: list[ChatMessage] = Field(min_length=1)
+    tools: Optional[list[dict[str, Any]]] = None
+    tool_choice: Optional[Union[StrictStr, dict[str, Any]]] = None
+    parallel_tool_calls: StrictBool = True
     logprobs: StrictBool = False
     top_logprobs: Optional[Annotated[StrictInt, Field(ge=0, le=MAX_LOGPROBS)]] = None
 

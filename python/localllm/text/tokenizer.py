@@ -333,8 +333,14 @@ def _return_free_heap_pages() -> None:
         pass
 
 
+_TO_LATIN1 = {ord(ch): byte for ch, byte in UNICODE_TO_BYTE.items()}   # str.translate tables
+_DROP_KNOWN = dict.fromkeys(_TO_LATIN1)
+
+
 def _byte_level_decode(text: str) -> bytes:
     """GPT-2 byte-level spelling back to bytes; unknown characters as llama.cpp marks them."""
+    if not text.translate(_DROP_KNOWN):     # every character is a byte's spelling: two C passes
+        return text.translate(_TO_LATIN1).encode("latin-1")
     out = bytearray()
     for ch in text:
         byte = UNICODE_TO_BYTE.get(ch)

@@ -59,8 +59,7 @@ py::array_t<float> attention_py(const AttentionCase& c, int64_t n_blocks, int bl
     hp.n_embd = (int)(n_head * hd), hp.n_ff = 1, hp.n_vocab = 1, hp.rope_dims = 2;
     // The harness names Vulkan, as --device vulkan does, so a CPU implementation (lavapipe) may run
     // it; this module's registry is its own (it links its own copy of the core).
-    lll::set_offload_device("Vulkan");
-    const lll::Placement p = lll::find_placement("Vulkan");
+    const lll::Placement p = lll::resolve_offload("Vulkan");
     const lll::BackendConfig cfg{&hp, nullptr, lll::Isa{}, lll::Numerics{}, p};
     const std::unique_ptr<lll::Backend> be = lll::make_backend(p, cfg);
     lll::KVCache kv({be.get()}, n_blocks, block_size, (int)n_head_kv, (int)hd);
