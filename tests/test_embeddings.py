@@ -21,6 +21,7 @@ def _converted(tmp_path_factory, name: str, type_: str):
         if name not in _CACHE:
             base = tmp_path_factory.mktemp(name)
             _CACHE[name] = {"bert": build_bert, "reranker": build_reranker, "nomic": build_nomic,
+                            "cased": lambda out: build_bert(out, cased=True),
                             "qwen3": build_qwen3_embedder,
                             "minilm": lambda _: minilm_dir()}[name](base)
         out = tmp_path_factory.mktemp("gguf") / f"{name}-{type_}.gguf"
@@ -66,6 +67,15 @@ def test_wordpiece_tokens_equal_transformers(tiny_bert):
     tok = hf_tokenizer(hf_dir)
     for text in TEXTS + ["", "  spaced\tout\nlines  ", "UPPER lower MiXeD", "emoji 🙂 and ümlaut"]:
         assert llm.tokenize(text) == tok(text)["input_ids"], text
+
+
+def test_cased_wordpiece_tokens_equal_transformers(tmp_path_factory):
+    hf_dir, gguf = _converted(tmp_path_factory, "cased", "f32")
+    llm = LLM(str(gguf), n_threads=1, n_ctx=512)
+    tok = hf_tokenizer(hf_dir)
+    for text in TEXTS + ["UPPER lower MiXeD", "Crème Brûlée"]:
+        assert llm.tokenize(text) == tok(text)["input_ids"], text
+    assert llm.tokenize("Hello") != llm.tokenize("hello")
 
 
 def test_dimensions_normalize_and_token_ids(tiny_bert):

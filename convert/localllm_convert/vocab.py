@@ -51,6 +51,7 @@ class Vocab:
     add_special: dict[str, bool] = field(default_factory=dict)
     chat_template: str | None = None
     add_space_prefix: bool | None = None
+    lowercase: bool | None = None                # WordPiece (bert): tokenizer.ggml.normalizer.lowercase
 
     def write(self, writer) -> None:
         """Add the tokenizer.* keys to a gguf.GGUFWriter."""
@@ -77,6 +78,8 @@ class Vocab:
                 writer.add_uint32(f"tokenizer.ggml.{typ}_token_id", tid)
         for typ, value in self.add_special.items():
             writer.add_bool(f"tokenizer.ggml.add_{typ}_token", value)
+        if self.lowercase is not None:
+            writer.add_bool("tokenizer.ggml.normalizer.lowercase", self.lowercase)
         if self.add_space_prefix is not None:
             writer.add_add_space_prefix(self.add_space_prefix)
         if self.chat_template:

@@ -148,9 +148,10 @@ def load_wordpiece_vocab(ckpt, vocab_size: int) -> Vocab:
         raise VocabError(f"{ckpt.dir} has no WordPiece vocabulary (tokenizer.json or vocab.txt)")
     normalizer = tok_json.get("normalizer") or {}
     tok_config = ckpt.json("tokenizer_config.json") or {}
-    if normalizer.get("lowercase") is False or tok_config.get("do_lower_case") is False:
-        raise VocabError("cased WordPiece vocabularies are not supported (the bert tokenizer lower-cases, "
-                         "as llama.cpp's does)")
+    lowercase = not (normalizer.get("lowercase") is False or tok_config.get("do_lower_case") is False)
+    if normalizer.get("strip_accents") not in (None, lowercase):
+        raise VocabError(f"strip_accents={normalizer['strip_accents']} with lowercase={lowercase} is not supported "
+                         f"(accents are stripped exactly when lower-casing)")
     if len(tokens) > vocab_size:
         raise VocabError(f"the vocabulary has {len(tokens)} tokens, config.json's vocab_size is {vocab_size}")
     tokens += [f"[PAD{i}]" for i in range(len(tokens), vocab_size)]
@@ -166,4 +167,5 @@ def load_wordpiece_vocab(ckpt, vocab_size: int) -> Vocab:
     if "cls" in vocab.special_ids:   # llama.cpp's bert vocabulary begins a text with its BOS, [CLS]
         vocab.special_ids["bos"] = vocab.special_ids["cls"]
     vocab.add_special = {}
+    vocab.lowercase = lowercase
     return vocab

@@ -313,7 +313,8 @@ def _texts_and_encoder(meta: Mapping[str, Any], model: str, tokens: list[str],
         token_ids = dict(zip(reversed(tokens), range(n - 1, -1, -1)))
         unk = _scalar(meta, _K + "unknown_token_id", 100)
         return ([t.encode("utf-8", "surrogatepass") for t in tokens],
-                WpmEncoder(token_ids, unk if isinstance(unk, int) and 0 <= unk < n else None))
+                WpmEncoder(token_ids, unk if isinstance(unk, int) and 0 <= unk < n else None,
+                           _as_bool(meta, _K + "normalizer.lowercase", True)))
     merges = meta.get(_K + "merges")
     if merges is None:
         raise ValueError("BPE (gpt2) tokenizer metadata has no tokenizer.ggml.merges")

@@ -4,8 +4,10 @@ tokenizer do.
 
 The vocabulary is stored as llama.cpp's converter writes it: a piece that starts a word carries
 a leading U+2581, a continuation (``##x`` in the original vocabulary) is stored bare.
-Basic tokenizing: control characters dropped, whitespace split, lower-cased, accents stripped
-(NFD, combining marks removed), punctuation and CJK ideographs split off as words of their own.
+Basic tokenizing: control characters dropped, whitespace split, lower-cased and accents stripped
+(NFD, combining marks removed) unless the vocabulary is cased (``tokenizer.ggml.normalizer.lowercase``
+false, as llama.cpp's converter writes it), punctuation and CJK ideographs split off as words of
+their own.
 A word longer than 100 characters, or one that cannot be covered by pieces, becomes [UNK].
 """
 from __future__ import annotations
@@ -31,8 +33,8 @@ def _is_cjk(cp: int) -> bool:
             or 0xF900 <= cp <= 0xFAFF or 0x2F800 <= cp <= 0x2FA1F)
 
 
-def basic_words(text: str) -> list[str]:
-    """BertTokenizer's basic tokenizer (lower-casing, accents stripped)."""
+def basic_words(text: str, lowercase: bool = True) -> list[str]:
+    """BertTokenizer's basic tokenizer (lower-casing and stripping accents when `lowercase`)."""
     chars = []
     for ch in text:
         cp = ord(ch)
@@ -46,7 +48,8 @@ def basic_words(text: str) -> list[str]:
             chars.append(ch)
     words: list[str] = []
     for word in "".join(chars).split():
-        word = "".join(c for c in unicodedata.normalize("NFD", word.lower()) if unicodedata.category(c) != "Mn")
+        if lowercase:
+            word = "".join(c for c in unicodedata.normalize("NFD", word.lower()) if unicodedata.category(c) != "Mn")
         current = ""
         for ch in word:
             if _is_punctuation(ch):
@@ -64,9 +67,10 @@ def basic_words(text: str) -> list[str]:
 class WpmEncoder:
     """Text -> ids over one WordPiece vocabulary."""
 
-    def __init__(self, token_ids: dict[str, int], unk_id: int | None) -> None:
+    def __init__(self, token_ids: dict[str, int], unk_id: int | None, lowercase: bool = True) -> None:
         self._token_ids = token_ids
         self._unk = unk_id
+        self._lowercase = lowercase
         self._longest = max((len(t) for t in token_ids), default=1)
         self._cache: dict[str, list[int]] = {}
 
@@ -75,7 +79,7 @@ class WpmEncoder:
 
     def encode(self, text: str) -> list[int]:
         out: list[int] = []
-        for word in basic_words(text):
+        for word in basic_words(text, self._lowercase):
             ids = self._cache.get(word)
             if ids is None:
                 ids = self._word(word)
