@@ -19,7 +19,7 @@ from ..checkpoint import Checkpoint, CheckpointError, TensorRef
 from ..vocab import Vocab, load_vocab
 
 __all__ = ["PlannedTensor", "ArchConverter", "register", "REGISTRY", "converter_for",
-           "supported_architectures", "HParams", "POOLING_TYPES", "sentence_transformers_pooling"]
+           "supported_architectures", "HParams", "sentence_transformers_pooling"]
 
 Transform = Callable[[np.ndarray], np.ndarray]   # float32 in, float32 out (same shape)
 
@@ -62,10 +62,6 @@ class HParams:
 
 
 REGISTRY: dict[str, type[ArchConverter]] = {}
-
-# llama.cpp's enum llama_pooling_type: the numbers {arch}.pooling_type holds.
-POOLING_TYPES = {"none": 0, "mean": 1, "cls": 2, "last": 3, "rank": 4}
-
 
 def sentence_transformers_pooling(ckpt) -> str | None:
     """The pooling a sentence-transformers checkpoint declares (None when it declares none)."""
@@ -318,6 +314,7 @@ class ArchConverter:
 
     def write_pooling(self, w) -> None:
         """{arch}.pooling_type, as llama.cpp's converter writes it, for embedding models."""
+        from localllm.embed import POOLING_TYPES   # llama.cpp's numbers, the runtime's one table
         pooling = self.pooling()
         if pooling is not None:
             w.add_uint32(f"{self.gguf_arch}.pooling_type", POOLING_TYPES[pooling])
