@@ -36,9 +36,10 @@ def _sdist() -> Path:
     if not found:
         dl.mkdir(parents=True, exist_ok=True)
         # Only this package as source; its build backend (scikit-build-core) is not built from
-        # source too, as ":all:" would do.
+        # source too, as ":all:" would do. pip reads the sdist's metadata with that backend, in an
+        # isolated environment: this interpreter need not have it.
         subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", "llama-cpp-python",
-                        "--no-build-isolation", "-d", str(dl), LLAMA_CPP_PYTHON], check=True)
+                        "-d", str(dl), LLAMA_CPP_PYTHON], check=True)
         found = sorted(dl.glob("llama_cpp_python-*.tar.gz"))
     if not found:
         raise RuntimeError(f"pip download of {LLAMA_CPP_PYTHON} left no sdist in {dl}")

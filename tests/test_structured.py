@@ -117,6 +117,24 @@ def test_json_schema_outputs_validate(key):
     assert len(seeds_seen) > 1            # sampled, not one forced string
 
 
+def test_masks_beside_or_before_the_forward_give_the_same_output():
+    """The masks are computed on a helper thread during the forward, or before it (where the
+    forward takes every CPU): the same masks, so the same sampled tokens."""
+    llm = llm_for("smollm2-135m-q4_1")
+    constraints = llm.engine.constraints
+    placement = constraints.overlap
+    requests = lambda: [llm.make_request(f"Person {i} as JSON:", json_schema=PERSON, temperature=0.9, seed=i,
+                                         max_tokens=120) for i in range(4)]
+    try:
+        outputs = {}
+        for overlap in (True, False):
+            constraints.overlap = overlap
+            outputs[overlap] = [r.token_ids for r in llm.generate(requests())]
+    finally:
+        constraints.overlap = placement
+    assert outputs[True] == outputs[False]
+
+
 @pytest.mark.parametrize("key", MODELS)
 def test_free_sequences_unchanged_beside_constrained_ones(key):
     llm = llm_for(key)

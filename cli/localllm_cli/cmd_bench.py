@@ -46,7 +46,8 @@ def run(args: argparse.Namespace) -> int:
                 "test": r.test, "avg_ns": r.avg_ns, "stddev_ns": int(_stdev(r.samples_ns)),
                 "avg_ts": r.avg_ts, "stddev_ts": r.stddev_ts, "samples_ns": r.samples_ns,
                 "samples_ts": r.samples_ts, "n_gpu_layers": llm.n_gpu_layers,
-                "backend": f"CUDA + CPU ({llm.isa})" if llm.n_gpu_layers else f"CPU ({llm.isa})",
+                "backend": (f"{llm._model.output_device} + CPU ({llm.isa})" if llm.n_gpu_layers
+                            else f"CPU ({llm.isa})"),
             })
     if args.json:
         print(json.dumps(rows, indent=2))

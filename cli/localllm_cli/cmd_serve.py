@@ -5,7 +5,7 @@ import argparse
 import logging
 import sys
 
-from .common import add_model_args, add_spec_args, parse_size, spec_config
+from .common import add_model_args, add_spec_args, device_kwargs, parse_size, spec_config
 
 # LLM's context when none is given (-c absent): the KV pool and the request limits need it
 # before the model loads.
@@ -119,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
     config = ServerConfig(model=model, n_ctx=n_ctx, threads=args.threads, parallel=args.parallel,
                           kv_blocks=kv_blocks(args, model, n_ctx), max_queue=args.max_queue, api_key=args.api_key,
                           speculative=spec_config(args), cache_type_k=args.cache_type_k,
-                          cache_type_v=args.cache_type_v,
+                          cache_type_v=args.cache_type_v, **device_kwargs(args),
                           limits=RequestLimits(max_body_bytes=args.max_body, max_prompt_chars=args.max_prompt_chars,
                                                max_stop=args.max_stop, max_stop_chars=args.max_stop_chars,
                                                max_logit_bias=args.max_logit_bias),

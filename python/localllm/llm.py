@@ -20,6 +20,7 @@ from .engine.kv_blocks import BlockTable
 from .plan import DEFAULT_GPU_MARGIN, Plan, gpu_free_bytes, parse_n_gpu_layers, plan_layers
 from .engine.requests import EngineRequest, Prompt, RequestBuilder
 from .engine.speculative import DraftModelProposer, NgramProposer, SpecConfig, check_same_vocab
+from .structured.tools import ToolCallStream, ToolSetup, calls_finish_reason
 from .text.tokenizer import Tokenizer
 
 __all__ = ["LLM", "GenerationResult", "TextStream", "Timings", "Prompt", "default_threads"]
@@ -58,12 +59,24 @@ class Timings:
 
 @dataclass
 class GenerationResult:
+    """One generation. With tools (`LLM.chat(..., tools=...)`), calls the model made are parsed
+    out: `text` is then the content around them (the markup removed), `tool_calls` the calls as
+    OpenAI shapes them ({"id", "type": "function", "function": {"name", "arguments"}}, the
+    arguments a JSON string) and finish_reason "tool_calls"."""
     text: str
     token_ids: list[int]
-    finish_reason: str                 # "stop" (EOS/EOT or a stop string) or "length"
+    finish_reason: str                 # "stop" (EOS/EOT or a stop string), "length" or "tool_calls"
     prompt_token_ids: list[int]
     timings: Timings
     logprobs: list[dict] | None = None  # per token: {"token", "logprob", "top": [(id, logprob)]}
+    tool_calls: list[dict] | None = None
+
+    @property
+    def message(self) -> dict:
+        """The assistant's message, to append to the conversation (with its tool calls)."""
+        if self.tool_calls:
+            return {"role": "assistant", "content": self.text or None, "tool_calls": self.tool_calls}
+        return {"role": "assistant", "content": self.text}
 
 
 @dataclass
@@ -82,6 +95,7 @@ class _Run:
     token_ids: list[int] = field(default_factory=list)
     finish_reason: str = "length"
     wants_logprobs: bool = False
+    tools: ToolSetup | None = None     # parse tool calls out of the output
 
 
 NUMERICS = ("fast", "llama.cpp")
@@ -195,8 +209,10 @@ class LLM:
         self.requests = RequestBuilder(self.tokenizer, chat_template, self.n_ctx, seed)
         self.draft_model = None                # the draft model's _core.Model (speculative "draft")
         proposer = self._make_proposer(n_blocks, kv_block_size) if self.speculative else None
+        # Grammar masks beside the forward only where it leaves a CPU free (Constraints).
+        overlap_masks = self.n_gpu_layers > 0 or self.n_threads < default_threads()
         self._engine = Engine(self._model, self.tokenizer, self.n_ctx, max_batch_tokens=n_batch,
-                              max_running=max_running, proposer=proposer)
+                              max_running=max_running, proposer=proposer, overlap_masks=overlap_masks)
         self._pool = self._engine.pool
         self.hparams: dict = self._model.hparams
         self.n_vocab: int = self.hparams["n_vocab"]
@@ -392,7 +408,7 @@ class LLM:
     def _submit(self, request: EngineRequest) -> tuple[int, _Run]:
         """Queue one request (its first choice) in the engine."""
         run = _Run(request.prompt_ids, Timings(load_s=self.load_time),
-                   wants_logprobs=request.params.logprobs is not None)
+                   wants_logprobs=request.params.logprobs is not None, tools=request.tools)
         run.timings.prompt_tokens = len(run.prompt_ids)
         return self._engine.submit(run.prompt_ids, request.params), run
 
@@ -455,8 +471,14 @@ class LLM:
             pieces.append(step.text)
             if step.logprob is not None:
                 logprobs.append(step.logprob)
-        return GenerationResult("".join(pieces), run.token_ids, run.finish_reason, run.prompt_ids,
-                                run.timings, logprobs if run.wants_logprobs else None)
+        result = GenerationResult("".join(pieces), run.token_ids, run.finish_reason, run.prompt_ids,
+                                  run.timings, logprobs if run.wants_logprobs else None)
+        if run.tools is not None:
+            content, calls = run.tools.parse(result.text)
+            if calls:
+                result.text, result.tool_calls = content, [call.openai() for call in calls]
+                result.finish_reason = calls_finish_reason(calls, result.finish_reason)
+        return result
 
     def stream(self, prompt: Prompt | EngineRequest, **sampling) -> TextStream:
         """Iterate over the completion's text as it is generated (complete UTF-8 characters only).
@@ -482,25 +504,55 @@ class LLM:
         return self.requests.chat_prompt(messages, add_generation_prompt)
 
     def chat(self, messages: list[dict], **sampling) -> GenerationResult:
-        """Reply to a conversation ([{"role": ..., "content": ...}, ...]) using the model's template."""
+        """Reply to a conversation ([{"role": ..., "content": ...}, ...]) using the model's template.
+
+        Keyword arguments are generate's, and OpenAI's tool calling: tools (a list of
+        {"type": "function", "function": {"name", "description", "parameters"}}), tool_choice
+        ("auto" (default): the model chooses; "none"; "required": a call, enforced by a grammar;
+        {"type": "function", "function": {"name": ...}}: a call of that function) and
+        parallel_tool_calls (default True). The result's `tool_calls` and finish_reason
+        "tool_calls" report the calls; `result.message` goes back into the conversation, followed
+        by {"role": "tool", "tool_call_id": ..., "content": ...} messages with the results.
+        """
         return self._collect(*self._submit(self.make_request(messages=messages, **sampling)))
 
 
 class TextStream:
-    """Text pieces of one generation, as they come; see `LLM.stream`."""
+    """Text pieces of one generation, as they come; see `LLM.stream`. A chat request with
+    tools (`make_request(messages=..., tools=...)`) streams only content: text that may be
+    tool-call markup is held back, and once the stream ends `tool_calls` has the calls."""
 
     def __init__(self, steps: Iterator[_Step], run: _Run):
         self._steps = steps
         self._run = run
+        self._tool_stream = ToolCallStream(run.tools) if run.tools is not None else None
+        self.tool_calls: list[dict] | None = None
 
     def __iter__(self) -> TextStream:
         return self
 
     def __next__(self) -> str:
         while True:
-            step = next(self._steps)
-            if step.text:
-                return step.text
+            try:
+                step = next(self._steps)
+            except StopIteration:
+                if self._tool_stream is None:
+                    raise
+                text, self._tool_stream = self._finish_tools(self._tool_stream), None
+                if text:
+                    return text
+                raise
+            text = self._tool_stream.feed(step.text) if self._tool_stream is not None else step.text
+            if text:
+                return text
+
+    def _finish_tools(self, tool_stream: ToolCallStream) -> str:
+        """The content held back at the end; the calls into tool_calls and finish_reason."""
+        content, calls = tool_stream.finish()
+        if calls:
+            self.tool_calls = [call.openai() for call in calls]
+            self._run.finish_reason = calls_finish_reason(calls, self._run.finish_reason)
+        return content
 
     def close(self) -> None:
         self._steps.close()

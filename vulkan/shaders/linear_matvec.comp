@@ -13,7 +13,9 @@
 // barrier (a driver that splits the workgroup anyway takes the shared-memory path below).
 layout(local_size_x_id = 0) in;
 
-#define NUM_ROWS 2u
+// Rows per workgroup (host: 2 on GPUs, so a small matrix still spreads over every compute unit;
+// 8 on CPU implementations, where each workgroup has a fixed cost worth spreading over more rows).
+layout(constant_id = 1) const uint NUM_ROWS = 2u;
 #define MAX_COLS 4u
 #define MAX_SUBGROUPS 16u          // largest workgroup (64) / smallest subgroup (4)
 

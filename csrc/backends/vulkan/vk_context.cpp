@@ -2,6 +2,7 @@
 #ifdef LOCALLLM_HAVE_VULKAN
 #include "backends/vulkan/vk_context.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include <algorithm>
@@ -32,6 +33,13 @@ double timeout_seconds() {
     const char* v = getenv("LOCALLLM_VULKAN_TIMEOUT_S");
     const double s = v && *v ? atof(v) : 120.0;
     return s > 0 ? s : 120.0;
+}
+
+// LOCALLLM_VULKAN_BUDGET=<bytes>: the device memory one context may allocate (0 = no cap). A test
+// knob: allocations past it fail as a full device would, so the error path runs on any machine.
+uint64_t budget_bytes() {
+    const char* v = getenv("LOCALLLM_VULKAN_BUDGET");
+    return v && *v ? strtoull(v, nullptr, 10) : 0;
 }
 
 const SpirvBlob& find_blob(const std::string& name) {
@@ -77,6 +85,7 @@ Context::Context(int device_index) : instance_(Instance::get()), info_(instance_
     di.queueCreateInfoCount = 1;
     di.pQueueCreateInfos = &qi;
     check(ifn.vkCreateDevice(info_.handle, &di, nullptr, &device_), ("vkCreateDevice on " + info_.name).c_str());
+    context_opened();
     try {
         load_device_fns(ifn, device_, &fns_);
     } catch (...) {
@@ -122,6 +131,7 @@ Context::~Context() {
     if (fence_) fns_.vkDestroyFence(device_, fence_, nullptr);
     if (cmd_pool_) fns_.vkDestroyCommandPool(device_, cmd_pool_, nullptr);
     fns_.vkDestroyDevice(device_, nullptr);
+    context_closed();
 }
 
 void Context::check_usable() const {
@@ -157,6 +167,11 @@ Buffer Context::create_buffer(const std::string& name, uint64_t bytes, MemoryKin
     check(fns_.vkCreateBuffer(device_, &bi, nullptr, &b.buffer_), ("vkCreateBuffer '" + name + "'").c_str());
     VkMemoryRequirements req;
     fns_.vkGetBufferMemoryRequirements(device_, b.buffer_, &req);
+    const uint64_t budget = kind == MemoryKind::DeviceLocal ? budget_bytes() : 0;
+    if (budget && device_bytes_ + req.size > budget)
+        throw std::runtime_error("Vulkan allocation of " + std::to_string(req.size) + " bytes for '" + name +
+                                 "' exceeds LOCALLLM_VULKAN_BUDGET=" + std::to_string(budget) + " (" +
+                                 std::to_string(device_bytes_) + " in use)");
     VkMemoryAllocateInfo ai{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO};
     ai.allocationSize = req.size;
     ai.memoryTypeIndex = find_memory_type(req.memoryTypeBits, kind);

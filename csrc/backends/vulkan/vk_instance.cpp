@@ -5,6 +5,8 @@
 #include <string.h>
 
 #include <algorithm>
+#include <atomic>
+#include <mutex>
 #include <stdexcept>
 
 namespace lll::vk {
@@ -294,9 +296,18 @@ const DeviceInfo& Instance::device(int index) const {
     return d;
 }
 
+std::atomic<int> g_live_contexts{0};
+
+void context_opened() { ++g_live_contexts; }
+void context_closed() { --g_live_contexts; }
+
 void shutdown_instance() {
     std::lock_guard<std::mutex> lock(g_instance_mu);
-    g_instance.reset();
+    // A model still alive at exit still owns a device made from the instance: destroying the
+    // instance under it would leave that device dangling (and the validation layer reports it
+    // and all its objects as leaked). The process is ending, so the instance is left to it.
+    if (g_live_contexts > 0) (void)g_instance.release();
+    else g_instance.reset();
 }
 
 }  // namespace lll::vk

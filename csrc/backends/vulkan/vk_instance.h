@@ -76,7 +76,11 @@ private:
     std::vector<DeviceInfo> devices_;
 };
 
-// Destroy the instance (Python's atexit, before the interpreter and the drivers go away).
+// Destroy the instance (Python's atexit, before the interpreter and the drivers go away), unless a
+// context made from it is still open (then it is left to the process's end).
 void shutdown_instance();
+// Contexts (vk_context.h) count themselves, so shutdown_instance knows whether any is open.
+void context_opened();
+void context_closed();
 
 }  // namespace lll::vk

@@ -158,10 +158,13 @@ class Engine:
         max_running: most sequences decoding at once.
         proposer: speculative decoding (`localllm.engine.speculative`): drafts tokens for the requests
             submitted with speculate (the default when there is a proposer).
+        overlap_masks: compute the grammar masks of constrained requests on a helper thread
+            while the forward runs (right when the forward leaves a CPU free: a GPU forward, or
+            fewer threads than CPUs), else before the forward (see `Constraints`).
     """
 
     def __init__(self, model, tokenizer, n_ctx: int, max_batch_tokens: int = 512, max_running: int = 16,
-                 proposer=None):
+                 proposer=None, overlap_masks: bool = True):
         if n_ctx < 1:
             raise ValueError(f"n_ctx must be >= 1, got {n_ctx}")
         self.model = model
@@ -188,7 +191,7 @@ class Engine:
         self._loop_thread: Optional[threading.Thread] = None
         self._stopping = False
         self.proposer = proposer
-        self.constraints = Constraints(tokenizer, self.n_vocab)
+        self.constraints = Constraints(tokenizer, self.n_vocab, overlap=overlap_masks)
         # Embedding jobs ride in the steps (embedding_jobs.py): while generation runs they add
         # at most EMBED_SHARE tokens to a step (docs/embeddings.md has the measured trade).
         self.embeddings = EmbeddingQueue(self.pool, share=EMBED_SHARE, chunked=not model.bidirectional)

@@ -16,6 +16,8 @@ import numpy as np
 from ..text.chat import render_chat
 from ..sampling import SamplingParams
 from ..structured.grammar import compile_constraint
+from ..structured.tokenizer import special_marker_texts
+from ..structured.tools import ToolSetup
 from ..text.tokenizer import Tokenizer, TokenAttr
 
 __all__ = ["EngineRequest", "RequestBuilder", "Prompt"]
@@ -32,6 +34,7 @@ class EngineRequest:
     prompt_ids: list[int]
     params: SamplingParams
     n: int = 1
+    tools: Optional[ToolSetup] = None     # chat with tools: parse calls out of the output
 
     def choice_params(self, index: int) -> SamplingParams:
         """The settings of continuation `index` (0 <= index < n)."""
@@ -174,22 +177,60 @@ class RequestBuilder:
 
     # ---- whole requests ----
     def build(self, prompt: Any = None, *, messages: Optional[Sequence[dict]] = None, n: int = 1,
-              tools: Optional[list[dict]] = None, **sampling) -> EngineRequest:
+              tools: Optional[list[dict]] = None, tool_choice: Any = None, parallel_tool_calls: bool = True,
+              **sampling) -> EngineRequest:
         """An engine request from exactly one of `prompt` (text or token ids) and `messages`
         (a chat conversation), with `SamplingParams` fields as keyword arguments.
 
+        tools (OpenAI's array of functions), tool_choice ("auto", "none", "required" or
+        {"type": "function", "function": {"name": ...}}) and parallel_tool_calls go with
+        messages: the tools reach the chat template, a forced call is enforced by a grammar, and
+        the request's `tools` (a `ToolSetup`) parses the calls out of the output.
+
         The seed defaults to the builder's (or a fresh random one); max_tokens (default
         SamplingParams') is capped at what the prompt leaves of the context. Raises TypeError
-        for a prompt of the wrong type or an unknown option, ValueError for bad values.
+        for a prompt of the wrong type or an unknown option, ValueError for bad values (a
+        message about tools starts with "tools:" or "tool_choice:").
         """
         if (prompt is None) == (messages is None):
             raise TypeError("give exactly one of prompt and messages")
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"n must be an int >= 1, got {n!r}")
-        ids = self.prompt_ids(prompt) if messages is None else self.chat_ids(messages, tools)
+        setup = self.tool_setup(tools, tool_choice, parallel_tool_calls)
+        if setup is not None:
+            if messages is None:
+                raise TypeError("tools need chat messages (a conversation for the chat template), not a prompt")
+            messages = setup.messages(list(messages))
+            self._add_tool_constraint(setup, sampling)
+        ids = (self.prompt_ids(prompt) if messages is None else
+               self.chat_ids(messages, setup.template_tools() if setup is not None else None))
         params = self.params(sampling)
         params.max_tokens = min(params.max_tokens, self.n_ctx - len(ids))
-        return EngineRequest(ids, params, n)
+        return EngineRequest(ids, params, n, setup if setup is not None and setup.parses else None)
+
+    def tool_setup(self, tools: Any, tool_choice: Any = None, parallel: bool = True) -> Optional[ToolSetup]:
+        """The request's tools for this model's chat template (None without tools)."""
+        if not tools:
+            if tool_choice not in (None, "none", "auto"):
+                raise ValueError("tool_choice: needs tools")
+            if tools is not None and not isinstance(tools, list):
+                raise ValueError(f"tools: must be a list of functions, got {type(tools).__name__}")
+            return None
+        return ToolSetup(tools, tool_choice, parallel, self.chat_template, special_marker_texts(self.tokenizer))
+
+    @staticmethod
+    def _add_tool_constraint(setup: ToolSetup, sampling: dict) -> None:
+        """The grammar of a forced (or, with a marker token, started) call as the request's
+        constraint; another constraint on the same output is a ValueError."""
+        constraint = setup.constraint()
+        if constraint is None:
+            return
+        other = [k for k in ("constraint",) + _CONSTRAINT_OPTIONS if sampling.get(k) is not None]
+        if other:
+            kind = sampling["constraint"].kind if other[0] == "constraint" else other[0]
+            raise ValueError(f"tools: a tool_choice that forces or parses a call cannot be combined with "
+                             f"another constraint on the output ({kind})")
+        sampling["constraint"] = constraint
 
     def params(self, sampling: dict) -> SamplingParams:
         """Validated SamplingParams with the default seed filled in; json_schema, grammar,

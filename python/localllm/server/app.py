@@ -15,7 +15,7 @@ import hmac
 import json
 import logging
 import threading
-from typing import Any, AsyncIterator, Optional, Union
+from typing import Any, AsyncIterator, Callable, Optional, Union
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
@@ -28,7 +28,6 @@ from ..engine import RequestOutput
 from ..llm import LLM
 from ..engine.requests import EngineRequest
 from .embeddings import add_embedding_routes
-from ..structured.tokenizer import special_marker_texts
 from ..structured.tools import ToolSetup
 from .errors import APIError, bad_request, error_body, install_error_handlers, invalid_body
 from .guard import RequestGuard
@@ -145,13 +144,13 @@ async def _body(request: Request, model: type[BaseModel]) -> Any:
         raise invalid_body(e) from None
 
 
-async def _user_call(fn, *args, param: Optional[str] = None):
+async def _user_call(fn, *args, param: Union[str, Callable[[str], str], None] = None):
     """Run fn on a worker thread (tokenizing, templating); its ValueError/TypeError is the
-    request's fault: 400 with its message."""
+    request's fault: 400 with its message, naming param (or the field param(message) names)."""
     try:
         return await run_in_threadpool(fn, *args)
     except (ValueError, TypeError, ChatTemplateError) as e:
-        raise bad_request(str(e), param=param) from None
+        raise bad_request(str(e), param=param(str(e)) if callable(param) else param) from None
 
 
 def _conversation(body: ChatRequest, state: ServerState, llm: LLM) -> list[dict[str, Any]]:
@@ -189,34 +188,16 @@ def _add_generation_routes(app: FastAPI, state: ServerState, auth: list) -> None
         state.check_choices(body.n, 1)
         conversation = _conversation(body, state, llm)
         sampling = _sampling(body, state, llm)
-        tools = _tool_setup(body, llm)
-        if tools is not None:
-            conversation = tools.messages(conversation)
-            constraint = await _user_call(tools.constraint, param="tools")
-            if constraint is not None and "constraint" in sampling:
-                raise bad_request("response_format and a tool_choice that forces or parses a call cannot be "
-                                  "combined", param="response_format")
-            if constraint is not None:
-                sampling["constraint"] = constraint
-            sampling["tools"] = tools.template_tools()
-        req = await _user_call(lambda: llm.make_request(messages=conversation, n=body.n, **sampling),
-                               param="messages")
-        return await _run(state, request, body, [req], "chat", tools)
+        req = await _user_call(lambda: llm.make_request(
+            messages=conversation, n=body.n, tools=body.tools, tool_choice=body.tool_choice,
+            parallel_tool_calls=body.parallel_tool_calls, **sampling), param=_chat_param)
+        return await _run(state, request, body, [req], "chat", req.tools)
 
 
-def _tool_setup(body: ChatRequest, llm: LLM) -> Optional[ToolSetup]:
-    """The request's tools for this model's template (None without tools); 400 naming the
-    field when they are invalid."""
-    if not body.tools:
-        if body.tool_choice not in (None, "none", "auto"):
-            raise bad_request("tool_choice: needs tools", param="tool_choice")
-        return None
-    try:
-        return ToolSetup(body.tools, body.tool_choice, body.parallel_tool_calls, llm.chat_template,
-                         special_marker_texts(llm.tokenizer))
-    except ValueError as e:
-        message = str(e)
-        raise bad_request(message, param="tool_choice" if message.startswith("tool_choice") else "tools") from None
+def _chat_param(message: str) -> str:
+    """The field a chat request's error names: its tools, its tool_choice, else its messages."""
+    field = message.split(":", 1)[0]
+    return field if field in ("tools", "tool_choice") else "messages"
 
 
 def _sampling(body: Union[ChatRequest, CompletionRequest], state: ServerState, llm: LLM) -> dict:
@@ -236,7 +217,7 @@ async def _run(state: ServerState, request: Request, body: Union[ChatRequest, Co
     state.admit(sum(r.n for r in reqs))
     answer = Completion(kind, state.model_id, llm.tokenizer, sum(r.n for r in reqs),
                         sum(len(r.prompt_ids) for r in reqs), reqs[0].params.logprobs is not None,
-                        body.include_usage, tools if tools is not None and tools.parses else None)
+                        body.include_usage, tools)
     group = RequestGroup(llm.engine)
     flight = state.track(group)
     try:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from ..engine import RequestOutput
-from ..structured.tools import ToolCallStream, ToolSetup
+from ..structured.tools import ToolCallStream, ToolSetup, calls_finish_reason
 from ..text.tokenizer import Tokenizer
 
 __all__ = ["Completion"]
@@ -104,7 +104,7 @@ class Completion:
                 if calls:
                     choice["message"] = {"role": "assistant", "content": content or None,
                                          "tool_calls": [call.openai() for call in calls]}
-                    finish_reason = "tool_calls" if finish_reason == "stop" else finish_reason
+                    finish_reason = calls_finish_reason(calls, finish_reason)
             else:
                 choice["text"] = text
             choice["logprobs"] = self._logprobs(c.logprobs, 0)
@@ -142,7 +142,7 @@ class Completion:
             if out.finished:
                 if c.tool_stream is not None:
                     chunks += self._tool_chunks(index, c.tool_stream)
-                    finish_reason = "tool_calls" if c.tool_stream.calls and finish_reason == "stop" else finish_reason
+                    finish_reason = calls_finish_reason(c.tool_stream.calls, finish_reason)
                 chunks.append(self._chunk([{"index": index, "delta": {}, "logprobs": None,
                                             "finish_reason": finish_reason}]))
         elif out.text or lp or out.finished:

@@ -14,6 +14,7 @@ from typing import Optional
 from ..engine.aio import RequestGroup
 from ..engine import RequestOutput
 from ..llm import LLM
+from ..plan import DEFAULT_GPU_MARGIN
 from ..engine.speculative import SpecConfig
 from .errors import APIError
 from .http import ConnectionLimits
@@ -42,6 +43,9 @@ class ServerConfig:
     speculative: Optional[SpecConfig] = None     # speculative decoding for every request
     cache_type_k: str = "f16"                    # the KV cache's types (LLM's cache_type_k / _v)
     cache_type_v: str = "f16"
+    n_gpu_layers: int | str = "auto"             # -ngl, --device and --gpu-margin, as LLM takes them
+    device: str = "auto"
+    gpu_margin: int = DEFAULT_GPU_MARGIN
     limits: RequestLimits = field(default_factory=RequestLimits)
     connections: ConnectionLimits = field(default_factory=ConnectionLimits)
     queue_timeout: float = 120.0
@@ -92,7 +96,8 @@ class ServerState:
         try:
             llm = LLM(c.model, n_threads=c.threads, n_ctx=c.n_ctx, n_batch=c.n_batch, max_running=c.parallel,
                       kv_blocks=c.kv_blocks, speculative=c.speculative, cache_type_k=c.cache_type_k,
-                      cache_type_v=c.cache_type_v)
+                      cache_type_v=c.cache_type_v, n_gpu_layers=c.n_gpu_layers, device=c.device,
+                      gpu_margin=c.gpu_margin)
             llm.requests.chat_parse_special = c.chat_parse_special
             llm.engine.start()
             self.llm = llm

@@ -21,7 +21,7 @@ import llguidance
 
 from .grammar import GrammarSpec, json_schema_grammar, JSON_WHITESPACE
 
-__all__ = ["ToolCall", "ToolSetup", "tool_family", "parse_tool_calls", "ToolCallStream"]
+__all__ = ["ToolCall", "ToolSetup", "tool_family", "parse_tool_calls", "ToolCallStream", "calls_finish_reason"]
 
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _JSON_OPTIONS = {"whitespace_pattern": JSON_WHITESPACE}
@@ -136,7 +136,7 @@ class ToolSetup:
         if fam == "hermes":
             call = (f'{self._literal("<tool_call>")} "\\n" %json {json.dumps(self._call_schema("arguments"))} '
                     f'"\\n" {self._literal("</tool_call>")}')
-            calls = 'call ("\\n" call)*' if many else "call"
+            calls = 'call ("\\n" call)* "\\n"?' if many else 'call "\\n"?'
             marker_special = "<tool_call>" in self._special
         elif fam == "mistral":
             array = {"type": "array", "items": self._call_schema("arguments"), "minItems": 1}
@@ -171,6 +171,12 @@ class ToolSetup:
     # ---- parsing ----
     def parse(self, text: str) -> tuple[str, list[ToolCall]]:
         return parse_tool_calls(self.family, text, {t["function"]["name"] for t in self.tools})
+
+
+def calls_finish_reason(calls: list, finish_reason: Optional[str]) -> Optional[str]:
+    """OpenAI's finish_reason of an output that made calls: "tool_calls" where it ended by
+    itself ("stop"); "length" stays (the output was cut, the calls may be incomplete)."""
+    return "tool_calls" if calls and finish_reason == "stop" else finish_reason
 
 
 def _call_for_template(call: Any) -> Any:
