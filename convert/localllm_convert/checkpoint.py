@@ -81,6 +81,9 @@ def _header(path: Path) -> tuple[dict[str, Any], int]:
     return header, 8 + n
 
 
+_INDEX_BUFFERS = ("embeddings.position_ids", "embeddings.token_type_ids")
+
+
 def _index_file(path: Path) -> dict[str, TensorRef]:
     """Every tensor of one safetensors file, checked with the safetensors library."""
     from safetensors import safe_open
@@ -94,6 +97,8 @@ def _index_file(path: Path) -> dict[str, TensorRef]:
     size = path.stat().st_size
     refs = {}
     for name, (dtype, shape) in listed.items():
+        if dtype in ("I64", "I32") and name.endswith(_INDEX_BUFFERS):
+            continue   # index buffers older transformers saved beside the weights (BERT's position_ids)
         if dtype not in SUPPORTED_DTYPES:
             raise CheckpointError(f"{path.name}: tensor {name!r} has dtype {dtype}; "
                                   f"supported: {', '.join(SUPPORTED_DTYPES)}")

@@ -91,6 +91,7 @@ def convert(hf_dir: str | os.PathLike, out_path: str | os.PathLike | None, type:
         w.add_type("model")
         w.add_name(_model_name(ckpt))
         arch.write_metadata(w)
+        arch.write_pooling(w)
         w.add_file_type(chosen_preset.ftype)
         w.add_quantization_version(QUANTIZATION_VERSION)
         vocab.write(w)

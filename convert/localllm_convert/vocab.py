@@ -51,6 +51,7 @@ class Vocab:
     add_special: dict[str, bool] = field(default_factory=dict)
     chat_template: str | None = None
     add_space_prefix: bool | None = None
+    lowercase: bool | None = None                # WordPiece (bert): tokenizer.ggml.normalizer.lowercase
 
     def write(self, writer) -> None:
         """Add the tokenizer.* keys to a gguf.GGUFWriter."""
@@ -70,9 +71,15 @@ class Vocab:
             add_array("tokenizer.ggml.merges", self.merges, VT.STRING)
         for typ, tid in self.special_ids.items():
             # gguf-py's handlers know the key names (unk -> unknown_token_id, pad -> padding_...)
-            getattr(writer, f"add_{typ}_token_id")(tid)
+            add = getattr(writer, f"add_{typ}_token_id", None)
+            if add is not None:
+                add(tid)
+            else:   # a key this gguf-py has no helper for (cls_token_id)
+                writer.add_uint32(f"tokenizer.ggml.{typ}_token_id", tid)
         for typ, value in self.add_special.items():
             writer.add_bool(f"tokenizer.ggml.add_{typ}_token", value)
+        if self.lowercase is not None:
+            writer.add_bool("tokenizer.ggml.normalizer.lowercase", self.lowercase)
         if self.add_space_prefix is not None:
             writer.add_add_space_prefix(self.add_space_prefix)
         if self.chat_template:

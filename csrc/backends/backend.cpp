@@ -79,4 +79,12 @@ ActScratch layout_act_scratch(const HParams& hp, int64_t T, float* base) {
     return s;
 }
 
+void Backend::layer_norm(const float*, const WeightRef&, const WeightRef&, float*, int64_t, int64_t, float) {
+    throw std::logic_error(std::string("the ") + name() + " backend has no layer_norm (encoders run on the CPU)");
+}
+
+void Backend::gelu(float*, int64_t) {
+    throw std::logic_error(std::string("the ") + name() + " backend has no gelu (encoders run on the CPU)");
+}
+
 }  // namespace lll

@@ -139,6 +139,12 @@ public:
     virtual void attention(const KVCache& kv, int layer, const float* q, float* out, const Batch& b,
                            const AttnParams& p) = 0;
     virtual void glu(const float* gate, const float* up, float* out, int64_t n, FFNAct act) = 0;  // act(gate) * up
+    // Encoder ops (bert, nomic-bert). Encoders run on the CPU only (gpu_layers_max), so a backend
+    // may leave these to the defaults, which refuse.
+    // y[rows, n] = (x - mean) / sqrt(var + eps) * w + b, per row (in place allowed; b may be absent).
+    virtual void layer_norm(const float* x, const WeightRef& w, const WeightRef& b, float* y, int64_t rows, int64_t n,
+                            float eps);
+    virtual void gelu(float* x, int64_t n);   // x = x * Phi(x), the exact (erf) GELU, in place
     virtual void add(float* y, const float* x, int64_t n) = 0;                  // y += x
     // out[T, n_embd] = rows of the table for tokens (host ids).
     virtual void embed(const EmbeddingTable& table, const int32_t* tokens, int64_t T, float* out) = 0;

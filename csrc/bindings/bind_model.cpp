@@ -25,6 +25,7 @@ static py::dict hparams_dict(const HParams& hp) {
     d["rope_base"] = hp.rope_base; d["rope_base_swa"] = hp.rope_base_swa; d["rope_dims"] = hp.rope_dims;
     d["rope_style"] = hp.rope_style == RopeStyle::NeoX ? "neox" : "normal";
     d["n_swa"] = hp.n_swa;
+    d["n_type"] = hp.n_type;
     return d;
 }
 
@@ -75,8 +76,9 @@ private:
     Model& m_;
 };
 
-static py::array_t<float> forward(Model& m, I32 tokens, I32 positions, I32 seq_of_token,
-                                  I32 block_tables, I32 output_rows, py::object out_obj) {
+// The batch of a forward call from its arrays, checked (validate_batch).
+static Batch make_batch(Model& m, const I32& tokens, const I32& positions, const I32& seq_of_token,
+                        const I32& block_tables, const I32& output_rows) {
     if (tokens.ndim() != 1 || positions.ndim() != 1 || seq_of_token.ndim() != 1 || output_rows.ndim() != 1)
         throw std::invalid_argument("tokens, positions, seq_of_token and output_rows must be 1-D");
     if (block_tables.ndim() != 2) throw std::invalid_argument("block_tables must be 2-D [n_seqs, max_blocks]");
@@ -90,6 +92,12 @@ static py::array_t<float> forward(Model& m, I32 tokens, I32 positions, I32 seq_o
     b.block_tables = block_tables.data(); b.n_seqs = block_tables.shape(0); b.max_blocks = block_tables.shape(1);
     b.output_rows = output_rows.data(); b.n_out = output_rows.shape(0);
     validate_batch(m, b);
+    return b;
+}
+
+static py::array_t<float> forward(Model& m, I32 tokens, I32 positions, I32 seq_of_token,
+                                  I32 block_tables, I32 output_rows, py::object out_obj) {
+    const Batch b = make_batch(m, tokens, positions, seq_of_token, block_tables, output_rows);
     const int64_t n_vocab = m.hparams().n_vocab;
     py::array_t<float> logits;
     if (out_obj.is_none()) {
@@ -111,6 +119,48 @@ static py::array_t<float> forward(Model& m, I32 tokens, I32 positions, I32 seq_o
         m.forward(b, out);
     }
     return logits;
+}
+
+// Model.forward_hidden: the final hidden states of the output rows (embeddings, before pooling).
+static py::array_t<float> forward_hidden(Model& m, I32 tokens, I32 positions, I32 seq_of_token, I32 block_tables,
+                                         I32 output_rows, py::object token_types_obj) {
+    Batch b = make_batch(m, tokens, positions, seq_of_token, block_tables, output_rows);
+    I32 token_types;
+    if (!token_types_obj.is_none()) {
+        token_types = token_types_obj.cast<I32>();
+        if (token_types.ndim() != 1 || token_types.shape(0) != b.n_tokens)
+            throw std::invalid_argument("token_types must be 1-D with one entry per token");
+        b.token_types = token_types.data();
+    }
+    py::array_t<float> hidden({b.n_out, (int64_t)m.hparams().n_embd});
+    float* out = hidden.mutable_data();
+    {
+        ModelInUse guard(m, "forward_hidden");
+        py::gil_scoped_release release;
+        m.forward_hidden(b, out);
+    }
+    return hidden;
+}
+
+// Model.forward_mixed: logits of output_rows and hidden states of hidden_rows from one forward.
+static py::tuple forward_mixed(Model& m, I32 tokens, I32 positions, I32 seq_of_token, I32 block_tables,
+                               I32 output_rows, I32 hidden_rows) {
+    const Batch b = make_batch(m, tokens, positions, seq_of_token, block_tables, output_rows);
+    if (hidden_rows.ndim() != 1) throw std::invalid_argument("hidden_rows must be 1-D");
+    const int64_t n_hidden = hidden_rows.shape(0);
+    for (int64_t r = 0; r < n_hidden; ++r)
+        if (hidden_rows.data()[r] < 0 || hidden_rows.data()[r] >= b.n_tokens)
+            throw std::invalid_argument("hidden row " + std::to_string(hidden_rows.data()[r]) + " out of range");
+    py::array_t<float> logits({b.n_out, (int64_t)m.hparams().n_vocab});
+    py::array_t<float> hidden({n_hidden, (int64_t)m.hparams().n_embd});
+    float* lp = logits.mutable_data();
+    float* hp = hidden.mutable_data();
+    {
+        ModelInUse guard(m, "forward_mixed");
+        py::gil_scoped_release release;
+        m.forward_mixed(b, lp, hidden_rows.data(), n_hidden, hp);
+    }
+    return py::make_tuple(logits, hidden);
 }
 
 // The token bitmasks of sample_rows: masks uint32[n_masks, ceil(n_vocab / 32)] (or None) and
@@ -284,6 +334,19 @@ void register_model(py::module_& m) {
              py::arg("block_tables"), py::arg("output_rows"), py::arg("out") = py::none(),
              "Run one batch; returns float32 logits [len(output_rows), n_vocab] (written into `out` "
              "when given, a C-contiguous float32 array of that shape).")
+        .def("forward_hidden", &forward_hidden, py::arg("tokens"), py::arg("positions"), py::arg("seq_of_token"),
+             py::arg("block_tables"), py::arg("output_rows"), py::arg("token_types") = py::none(),
+             "Run one batch; returns the final hidden states float32 [len(output_rows), n_embd] (after the "
+             "output norm where the model has one). token_types: each token's segment (encoders; default 0). "
+             "A bidirectional (encoder) model takes each sequence whole, at positions 0, 1, 2, ...")
+        .def("forward_mixed", &forward_mixed, py::arg("tokens"), py::arg("positions"), py::arg("seq_of_token"),
+             py::arg("block_tables"), py::arg("output_rows"), py::arg("hidden_rows"),
+             "One forward giving (logits [len(output_rows), n_vocab], hidden states [len(hidden_rows), n_embd]): "
+             "generation and embeddings in the same batch (a model with an output head).")
+        .def_property_readonly("has_output_head", &Model::has_output_head,
+             "Whether the model can generate (encoder-only models cannot).")
+        .def_property_readonly("bidirectional", &Model::bidirectional,
+             "Whether every token attends to its whole sequence (encoders).")
         .def("sample_rows", &sample_rows_py, py::arg("samplers"), py::arg("logits"), py::arg("rows"),
              py::arg("accept") = true, py::arg("masks") = py::none(), py::arg("mask_rows") = std::vector<int64_t>{},
              "Draw the next token of each row: samplers[i] samples logits[rows[i]] (then accepts it), "

@@ -25,7 +25,10 @@ const ArchSpec* describe_model(const GGUFFile& f, HParams& hp, ModelWeights& w) 
     return spec;
 }
 
-int gpu_layers_max(const HParams& hp) { return hp.n_expert > 0 ? 0 : hp.n_layer; }
+int gpu_layers_max(const HParams& hp) {
+    const ArchSpec* spec = find_arch(hp.arch);
+    return hp.n_expert > 0 || (spec && spec->bidirectional) ? 0 : hp.n_layer;
+}
 
 Model::Model(const std::string& path, int n_threads, int64_t kv_blocks, int kv_block_size, Numerics numerics,
              int n_gpu_layers, KVTypes kv_types, int64_t n_ctx_seq, Placement offload)
@@ -44,8 +47,8 @@ Model::Model(const std::string& path, int n_threads, int64_t kv_blocks, int kv_b
                                     " KV cache runs on the CPU with the fast numerics only; use an f16 cache " +
                                     (numerics == Numerics::LlamaCpp ? "with numerics=llama.cpp" : "with GPU layers"));
     if (gpu_layers_max(hp_) < hp_.n_layer && n_gpu_layers > gpu_layers_max(hp_))
-        throw std::invalid_argument("mixture-of-experts models (" + hp_.arch + ") run on the CPU only in this version; "
-                                    "use n_gpu_layers = 0");
+        throw std::invalid_argument(std::string(arch_->bidirectional ? "encoder" : "mixture-of-experts") + " models (" +
+                                    hp_.arch + ") run on the CPU only in this version; use n_gpu_layers = 0");
     placement_ = place_layers(hp_.n_layer, n_gpu_layers, offload);
     pool_ = std::make_unique<ThreadPool>(n_threads);
     isa_ = best_isa();
@@ -120,26 +123,87 @@ void Model::move_activations(Backend& from, Backend& to, int64_t n) {
     }
 }
 
-void Model::forward(const Batch& b, float* logits) {
+Backend* Model::run_layers(const Batch& b) {
     const int64_t T = b.n_tokens, D = hp_.n_embd;
     reserve(std::max<int64_t>(T, b.n_out));
     for (const auto& be : backends_) be->begin_batch(b);
+    const Batch* attn_view = arch_->bidirectional ? &bidirectional_view(b) : nullptr;
     Backend* cur = backends_[0].get();                       // the input embedding is on the CPU
     float* x = cur->scratch().x;                             // [T, D] residual stream
     cur->embed(embd_, b.tokens, T, x);
     if (hp_.embd_scale != 1.0f) cur->scale(x, hp_.embd_scale, T * D);
+    if (arch_->input_forward) arch_->input_forward(*cur, hp_, w_, b, x, T);
     for (int il = 0; il < hp_.n_layer; ++il) {
         Backend& be = *layer_backend_[il];
         if (&be != cur) move_activations(*cur, be, T * D);  // once per change of backend
         cur = &be;
-        arch_->layer_forward(LayerCtx{be, hp_, w_.layers[il], *kv_, il, b}, be.scratch().x, T);
+        arch_->layer_forward(LayerCtx{be, hp_, w_.layers[il], *kv_, il, b, attn_view}, be.scratch().x, T);
     }
     if (output_backend_ != cur) move_activations(*cur, *output_backend_, T * D);
-    output_backend_->output_head(output_backend_->scratch().x, b, w_.output_norm, hp_.norm_eps, w_.output, logits);
-    output_backend_->sync();
+    return output_backend_;
+}
+
+// A bidirectional model's sequences come whole, from position 0, in one batch: the keys each
+// token sees are then exactly its sequence's tokens of this batch.
+const Batch& Model::bidirectional_view(const Batch& b) {
+    AttnView& v = view_;
+    const int64_t T = b.n_tokens;
+    v.positions.resize((size_t)T);
+    v.seqs.resize((size_t)T);
+    v.tables.resize((size_t)(T * b.max_blocks));
+    for (int64_t t0 = 0; t0 < T;) {
+        int64_t t1 = t0 + 1;
+        while (t1 < T && b.seq_of_token[t1] == b.seq_of_token[t0]) ++t1;
+        for (int64_t t = t0; t < t1; ++t)
+            if (b.positions[t] != t - t0)
+                throw std::invalid_argument(hp_.arch + " attends both ways: each sequence must be given whole in "
+                                            "one batch, at positions 0, 1, 2, ... (token " + std::to_string(t) +
+                                            " has position " + std::to_string(b.positions[t]) + ")");
+        const int32_t* row = b.block_tables + (int64_t)b.seq_of_token[t0] * b.max_blocks;
+        for (int64_t t = t0; t < t1; ++t) {
+            v.positions[t] = (int32_t)(t1 - 1 - t0);
+            v.seqs[t] = (int32_t)t;
+            std::copy(row, row + b.max_blocks, v.tables.begin() + t * b.max_blocks);
+        }
+        t0 = t1;
+    }
+    v.batch = b;
+    v.batch.positions = v.positions.data();
+    v.batch.seq_of_token = v.seqs.data();
+    v.batch.block_tables = v.tables.data();
+    v.batch.n_seqs = T;
+    return v.batch;
+}
+
+void Model::forward(const Batch& b, float* logits) { forward_mixed(b, logits, nullptr, 0, nullptr); }
+
+void Model::forward_mixed(const Batch& b, float* logits, const int32_t* hidden_rows, int64_t n_hidden, float* hidden) {
+    if (!has_output_head())
+        throw std::invalid_argument(hp_.arch + " is an encoder-only model: it has no output head to generate "
+                                    "tokens with (use it for embeddings)");
+    Backend* out = run_layers(b);
+    if (n_hidden > 0) copy_hidden(*out, b, hidden_rows, n_hidden, hidden);   // before the head reuses scratch h
+    if (b.n_out > 0) out->output_head(out->scratch().x, b, w_.output_norm, hp_.norm_eps, w_.output, logits);
+    out->sync();
     if (hp_.final_softcap > 0.0f)   // llama.cpp's order: scale by 1/cap, tanh, scale by cap
         for (int64_t i = 0; i < b.n_out * (int64_t)hp_.n_vocab; ++i)
             logits[i] = tanhf(logits[i] * (1.0f / hp_.final_softcap)) * hp_.final_softcap;
+}
+
+void Model::forward_hidden(const Batch& b, float* out) {
+    Backend* be = run_layers(b);
+    copy_hidden(*be, b, b.output_rows, b.n_out, out);
+}
+
+void Model::copy_hidden(Backend& be, const Batch& b, const int32_t* rows, int64_t n, float* out) {
+    const int64_t T = b.n_tokens, D = hp_.n_embd;
+    const float* x = be.scratch().x;
+    if (w_.output_norm.present()) {
+        be.rms_norm(x, w_.output_norm, be.scratch().h, T, D, hp_.norm_eps);
+        x = be.scratch().h;
+    }
+    for (int64_t r = 0; r < n; ++r) be.to_host(out + r * D, x + (int64_t)rows[r] * D, (size_t)D * sizeof(float));
+    be.sync();
 }
 
 }  // namespace lll

@@ -54,6 +54,10 @@ struct HParams {
     float embd_scale = 1.f;               // token embeddings are multiplied by this (gemma)
     float attn_softcap = 0.f;             // attention scores soft-capped at this (gemma2), 0 = none
     float final_softcap = 0.f;            // logits soft-capped at this (gemma2), 0 = none
+    // Encoders (bert, nomic-bert): q and k are rotated only where rope_positions (nomic-bert);
+    // bert adds learned absolute position embeddings instead. n_type: token type rows (0 = none).
+    bool rope_positions = true;
+    int n_type = 0;
     // Mixture of experts (qwen3moe): experts per layer, experts each token uses, their FFN width.
     // 0 experts = a dense FFN of width n_ff.
     int n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
@@ -86,11 +90,16 @@ struct LayerWeights {
     // the file's 3-D ffn_{gate,up,down}_exps tensors (n_expert entries each; empty when dense).
     WeightRef ffn_gate_inp;
     std::vector<WeightRef> gate_exps, up_exps, down_exps;
+    // Encoders (post-norm blocks with biases): attn_output.bias, the LayerNorm after attention
+    // (attn_output_norm), the FFN's biases and the LayerNorm after the FFN (layer_output_norm).
+    WeightRef bo, attn_out_norm, attn_out_norm_b, b_up, b_down, out_norm, out_norm_b;
 };
 
 struct ModelWeights {
-    WeightRef tok_embd, output_norm, output;  // output may alias tok_embd (tied)
+    WeightRef tok_embd, output_norm, output;  // output may alias tok_embd (tied); absent for encoders
     std::vector<LayerWeights> layers;
+    // Encoders: learned absolute positions (bert), token type rows, the LayerNorm of the input.
+    WeightRef pos_embd, type_embd, embd_norm, embd_norm_b;
 };
 
 // One forward call: T tokens, possibly from several sequences. Tokens of one sequence are
@@ -105,6 +114,7 @@ struct Batch {
     int64_t n_seqs = 0, max_blocks = 0;
     const int32_t* output_rows = nullptr;  // [n_out] token rows whose logits are wanted
     int64_t n_out = 0;
+    const int32_t* token_types = nullptr;  // [T] segment of each token (encoders); null = all 0
 };
 
 class Model;
@@ -118,6 +128,10 @@ struct LayerCtx {
     KVCache& kv;
     int il;
     const Batch& b;
+    // What attention reads (bidirectional architectures: every token sees its whole sequence,
+    // Model::bidirectional_view); null = b.
+    const Batch* attn_view = nullptr;
+    const Batch& attn_batch() const { return attn_view ? *attn_view : b; }
 };
 
 // Per-architecture hooks, registered by name in csrc/models/registry.cpp.
@@ -128,6 +142,12 @@ struct ArchSpec {
     void (*load_weights)(const GGUFFile& f, const HParams& hp, ModelWeights& w);
     // x[T, n_embd] in place (on c.be): one transformer block, through the backend's ops.
     void (*layer_forward)(const LayerCtx& c, float* x, int64_t T);
+    // Encoders: every token attends to its whole sequence (no causal mask); the model has no
+    // output head (hidden states only, Model::forward_hidden).
+    bool bidirectional = false;
+    // Optional: after the token embedding, on the CPU (positions, token types, input norm).
+    void (*input_forward)(Backend& be, const HParams& hp, const ModelWeights& w, const Batch& b, float* x,
+                          int64_t T) = nullptr;
 };
 const ArchSpec* find_arch(const std::string& name);   // nullptr when unsupported
 // Hyper-parameters and weight views (checked, not read) of a GGUF: what loading and the
@@ -167,6 +187,15 @@ public:
 
     // Runs the batch; writes n_out rows of n_vocab logits to `logits` (host).
     void forward(const Batch& batch, float* logits);
+    // Runs the batch; writes the n_out rows' final hidden states [n_out, n_embd] to `out` (host):
+    // after the output norm where the model has one (decoders), the last layer's output else.
+    void forward_hidden(const Batch& batch, float* out);
+    // Both in one forward (the engine's steps that carry generation and embeddings): logits of
+    // b.output_rows, and the final hidden states of hidden_rows [n_hidden] into hidden (host).
+    void forward_mixed(const Batch& batch, float* logits, const int32_t* hidden_rows, int64_t n_hidden, float* hidden);
+    // Whether the model can generate (has an output head): encoders cannot.
+    bool has_output_head() const { return w_.output.present(); }
+    bool bidirectional() const { return arch_->bidirectional; }
     // Scratch on every backend for batches of up to T tokens (forward grows it as needed).
     void reserve(int64_t T);
     // Set while a Python caller runs forward or copy_block: the binding refuses a second thread
@@ -188,6 +217,17 @@ private:
     std::string path_;
     EmbeddingTable embd_;                     // the input embedding (always on the CPU)
     void move_activations(Backend& from, Backend& to, int64_t n);
+    // Embedding and layers; returns the backend whose scratch x holds the last layer's output.
+    Backend* run_layers(const Batch& b);
+    // The final hidden states of `rows` (after the output norm where there is one) to host `out`.
+    void copy_hidden(Backend& be, const Batch& b, const int32_t* rows, int64_t n, float* out);
+    // For bidirectional architectures: b with each token its own one-token sequence placed at
+    // its sequence's last position, so causal attention over [0, pos] sees the whole sequence.
+    const Batch& bidirectional_view(const Batch& b);
+    struct AttnView {
+        Batch batch;
+        std::vector<int32_t> positions, seqs, tables;
+    } view_;
     Isa isa_;
     Numerics numerics_ = Numerics::Fast;
 };

@@ -20,12 +20,19 @@ const std::vector<LayerWeightSpec>& layer_weight_specs() {
         {"attn_q_norm.weight", &LayerWeights::q_norm, K::Vector, Dim::HeadDim, Dim::One, N::Optional},
         {"attn_k_norm.weight", &LayerWeights::k_norm, K::Vector, Dim::HeadDim, Dim::One, N::Optional},
         {"attn_output.weight", &LayerWeights::wo, K::Matrix, Dim::QWidth, Dim::Embd, N::Always},
+        {"attn_output.bias", &LayerWeights::bo, K::Vector, Dim::Embd, Dim::One, N::Optional},
+        {"attn_output_norm.weight", &LayerWeights::attn_out_norm, K::Vector, Dim::Embd, Dim::One, N::Optional},
+        {"attn_output_norm.bias", &LayerWeights::attn_out_norm_b, K::Vector, Dim::Embd, Dim::One, N::Optional},
         {"post_attention_norm.weight", &LayerWeights::attn_post_norm, K::Vector, Dim::Embd, Dim::One, N::Optional},
         {"ffn_norm.weight", &LayerWeights::ffn_norm, K::Vector, Dim::Embd, Dim::One, N::Always},
         {"ffn_gate_inp.weight", &LayerWeights::ffn_gate_inp, K::Matrix, Dim::Embd, Dim::NExpert, N::Experts},
         {"ffn_gate.weight", &LayerWeights::w_gate, K::Matrix, Dim::Embd, Dim::FF, N::Dense},
         {"ffn_up.weight", &LayerWeights::w_up, K::Matrix, Dim::Embd, Dim::FF, N::Dense},
+        {"ffn_up.bias", &LayerWeights::b_up, K::Vector, Dim::FF, Dim::One, N::Optional},
         {"ffn_down.weight", &LayerWeights::w_down, K::Matrix, Dim::FF, Dim::Embd, N::Dense},
+        {"ffn_down.bias", &LayerWeights::b_down, K::Vector, Dim::Embd, Dim::One, N::Optional},
+        {"layer_output_norm.weight", &LayerWeights::out_norm, K::Vector, Dim::Embd, Dim::One, N::Optional},
+        {"layer_output_norm.bias", &LayerWeights::out_norm_b, K::Vector, Dim::Embd, Dim::One, N::Optional},
         {"post_ffw_norm.weight", &LayerWeights::ffn_post_norm, K::Vector, Dim::Embd, Dim::One, N::Optional},
     };
     return specs;
@@ -181,13 +188,8 @@ static void load_fused(const GGUFFile& f, const HParams& hp, const std::string& 
     }
 }
 
-void load_model_weights(const GGUFFile& f, const HParams& hp, ModelWeights& w) {
+void load_layer_weights(const GGUFFile& f, const HParams& hp, ModelWeights& w, bool all_optional) {
     check_layer_count(f, hp.n_layer);
-    const int64_t D = hp.n_embd;
-    w.tok_embd = load_weight(f, "token_embd.weight", WeightKind::Matrix, D, hp.n_vocab, true);
-    w.output_norm = load_weight(f, "output_norm.weight", WeightKind::Vector, D, 1, true);
-    w.output = load_weight(f, "output.weight", WeightKind::Matrix, D, hp.n_vocab, false);
-    if (!w.output.present()) w.output = w.tok_embd;   // tied embeddings
     w.layers.assign(hp.n_layer, LayerWeights{});
     for (int il = 0; il < hp.n_layer; ++il) {
         const std::string prefix = "blk." + std::to_string(il) + ".";
@@ -200,10 +202,19 @@ void load_model_weights(const GGUFFile& f, const HParams& hp, ModelWeights& w) {
             if (!needed && s.need != Need::Optional) continue;   // the other kind of FFN's tensor
             if (!(L.*s.member).present())
                 L.*s.member = load_weight(f, prefix + s.suffix, s.kind, dim_value(hp, s.ne0), dim_value(hp, s.ne1),
-                                          needed);
+                                          needed && !all_optional);
         }
         load_experts(f, hp, prefix, L);
     }
+}
+
+void load_model_weights(const GGUFFile& f, const HParams& hp, ModelWeights& w) {
+    const int64_t D = hp.n_embd;
+    w.tok_embd = load_weight(f, "token_embd.weight", WeightKind::Matrix, D, hp.n_vocab, true);
+    w.output_norm = load_weight(f, "output_norm.weight", WeightKind::Vector, D, 1, true);
+    w.output = load_weight(f, "output.weight", WeightKind::Matrix, D, hp.n_vocab, false);
+    if (!w.output.present()) w.output = w.tok_embd;   // tied embeddings
+    load_layer_weights(f, hp, w, false);
 }
 
 static std::vector<WeightRef*> of_kind(LayerWeights& L, WeightKind kind) {
@@ -254,7 +265,7 @@ PlacedWeights weights_on(ModelWeights& w, const LayerPlacement& lp, Placement p)
         for (WeightRef* m : layer_matrices(w.layers[il])) pw.matrices.push_back(m);
         for (WeightRef* v : layer_vectors(w.layers[il])) pw.vectors.push_back(v);
     }
-    if (lp.output == p) pw.matrices.push_back(&w.output);
+    if (lp.output == p && w.output.present()) pw.matrices.push_back(&w.output);
     return pw;
 }
 

@@ -63,6 +63,9 @@ WeightRef load_weight(const GGUFFile& f, const std::string& name, WeightKind kin
 // Token embedding, output norm and head (tied when output.weight is absent) and every layer's
 // weights of the list; refuses blk.N.* tensors at or beyond block_count.
 void load_model_weights(const GGUFFile& f, const HParams& hp, ModelWeights& w);
+// Only the layers' weights of the list (every one optional when all_optional: an architecture
+// outside the decoder mould then checks what it needs itself, e.g. bert.cpp).
+void load_layer_weights(const GGUFFile& f, const HParams& hp, ModelWeights& w, bool all_optional);
 
 // The list's matrices (then each expert's gate, up and down) / vectors of one layer, in its order.
 std::vector<WeightRef*> layer_matrices(LayerWeights& L);

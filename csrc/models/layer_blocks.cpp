@@ -20,14 +20,16 @@ void attention_block(const LayerCtx& c, const float* h, int64_t T, float* out) {
     if (L.k_norm.present()) be.rms_norm(k, L.k_norm, k, T * hp.n_head_kv, hd, hp.norm_eps);
     const bool swa = hp.n_swa > 0 && hp.layer_is_swa[c.il];
     const RopeFreqs freqs = hp.rope_freqs(c.il);
-    be.rope(q, T, hp.n_head, hd, hp.rope_dims, freqs, hp.rope_style);
-    be.rope(k, T, hp.n_head_kv, hd, hp.rope_dims, freqs, hp.rope_style);
+    if (hp.rope_positions) {
+        be.rope(q, T, hp.n_head, hd, hp.rope_dims, freqs, hp.rope_style);
+        be.rope(k, T, hp.n_head_kv, hd, hp.rope_dims, freqs, hp.rope_style);
+    }
     if (hp.q_scale != 1.0f) be.scale(q, hp.q_scale, T * hp.n_head * hd);
     be.kv_write(c.kv, c.il, k, v, c.b);
     float* attn = be.scratch().attn;                  // [T, n_head, hd]
-    be.attention(c.kv, c.il, q, attn, c.b, AttnParams{hp.n_head, hp.n_head_kv, hd, hp.attn_scale, swa ? hp.n_swa : 0,
+    be.attention(c.kv, c.il, q, attn, c.attn_batch(), AttnParams{hp.n_head, hp.n_head_kv, hd, hp.attn_scale, swa ? hp.n_swa : 0,
                                                          hp.attn_softcap});
-    be.linear(L.wo, attn, T, out);
+    be.linear(L.wo, attn, T, out, &L.bo);
 }
 
 void ffn_block(const LayerCtx& c, const float* h, int64_t T, float* out, FFNAct act) {

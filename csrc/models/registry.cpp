@@ -4,7 +4,9 @@
 
 namespace lll {
 
+extern const ArchSpec kBertArch;
 extern const ArchSpec kLlamaArch;
+extern const ArchSpec kNomicBertArch;
 extern const ArchSpec kQwen2Arch;
 extern const ArchSpec kQwen3Arch;
 extern const ArchSpec kQwen3MoeArch;
@@ -12,7 +14,7 @@ extern const ArchSpec kPhi3Arch;
 extern const ArchSpec kGemma2Arch;
 extern const ArchSpec kGemma3Arch;
 
-static const ArchSpec* const kArchs[] = {&kGemma2Arch, &kGemma3Arch, &kLlamaArch, &kPhi3Arch, &kQwen2Arch, &kQwen3Arch,
+static const ArchSpec* const kArchs[] = {&kBertArch, &kGemma2Arch, &kGemma3Arch, &kLlamaArch, &kNomicBertArch, &kPhi3Arch, &kQwen2Arch, &kQwen3Arch,
                                           &kQwen3MoeArch};
 
 const ArchSpec* find_arch(const std::string& name) {

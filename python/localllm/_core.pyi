@@ -59,10 +59,18 @@ class Model:
     device_memory: dict[str, int]
     layer_devices: list[str]
     output_device: str
+    has_output_head: bool
+    bidirectional: bool
     def reserve(self, n_tokens: int) -> None: ...
     def forward(self, tokens: npt.ArrayLike, positions: npt.ArrayLike, seq_of_token: npt.ArrayLike,
                 block_tables: npt.ArrayLike, output_rows: npt.ArrayLike,
                 out: npt.NDArray[np.float32] | None = None) -> npt.NDArray[np.float32]: ...
+    def forward_hidden(self, tokens: npt.ArrayLike, positions: npt.ArrayLike, seq_of_token: npt.ArrayLike,
+                       block_tables: npt.ArrayLike, output_rows: npt.ArrayLike,
+                       token_types: npt.ArrayLike | None = None) -> npt.NDArray[np.float32]: ...
+    def forward_mixed(self, tokens: npt.ArrayLike, positions: npt.ArrayLike, seq_of_token: npt.ArrayLike,
+                      block_tables: npt.ArrayLike, output_rows: npt.ArrayLike, hidden_rows: npt.ArrayLike
+                      ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]: ...
     def copy_block(self, src: int, dst: int) -> None: ...
     def sample_rows(self, samplers: Sequence[Sampler], logits: npt.NDArray[np.float32], rows: Sequence[int],
                     accept: bool = True, masks: npt.NDArray[np.uint32] | None = None,

@@ -13,6 +13,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from . import _core, hub
+from .embed import Embedder
 from .engine import Engine
 from .gguf import GGUFFile
 from .engine.kv_blocks import BlockTable
@@ -358,6 +359,31 @@ class LLM:
             finally:
                 table.free()
 
+    # ---- embeddings and reranking (localllm.embed) ----
+    @functools.cached_property
+    def embedder(self) -> Embedder:
+        """Pooled embeddings and rerank scores of this model (its pooling from the GGUF)."""
+        return Embedder(self)
+
+    def embed(self, texts: str | Sequence[str | Sequence[int]], normalize: bool = True,
+              dimensions: int | None = None, pooling: str | None = None, truncate: bool = False) -> np.ndarray:
+        """Embeddings of `texts` (strings, or token-id lists), float32 [n, d], in one or a few
+        packed forwards. normalize: L2-normalize each vector (after `dimensions`). dimensions:
+        keep the first d components (Matryoshka). pooling: mean, cls or last instead of the
+        model's own. truncate: cut inputs longer than the model takes instead of refusing them."""
+        if isinstance(texts, str):
+            texts = [texts]
+        return self.embedder.embed(texts, normalize, dimensions, pooling, truncate)[0]
+
+    def rerank(self, query: str, documents: Sequence[str], top_n: int | None = None,
+               truncate: bool = False) -> list[dict]:
+        """Scores of each document's relevance to `query` by a cross-encoder (rank pooling):
+        [{"index", "relevance_score", "document"}], best first, the top_n of them (default all)."""
+        scores, _ = self.embedder.rerank(query, list(documents), truncate)
+        order = sorted(range(len(scores)), key=lambda i: -float(scores[i]))
+        order = order if top_n is None else order[:max(0, int(top_n))]
+        return [{"index": i, "relevance_score": float(scores[i]), "document": documents[i]} for i in order]
+
     # ---- generation (through the batching engine) ----
     def make_request(self, prompt: Prompt | None = None, *, messages: list[dict] | None = None,
                      n: int = 1, **sampling) -> EngineRequest:
@@ -365,6 +391,9 @@ class LLM:
         text or token ids, or chat `messages`, with `SamplingParams` fields; validated, seeded
         (the LLM's seed, else a random one), max_tokens capped by the context. See
         `localllm.engine.requests.RequestBuilder.build`."""
+        if not self._model.has_output_head:
+            raise ValueError(f"{self.model_path.name} is an encoder-only model ({self.hparams['arch']}): it cannot "
+                             f"generate text; use embed (or rerank)")
         return self.requests.build(prompt, messages=messages, n=n, **sampling)
 
     def _request(self, prompt: Prompt | EngineRequest, sampling: dict) -> EngineRequest:

@@ -132,13 +132,13 @@ def plan_layers(footprint: FootprintFn, n_layer: int, n_gpu_layers: NGpuLayers, 
     sized for n_ctx. ctx_set: n_ctx was given by the user (then the default pool is not
     shrunk either). gpu_free: free GPU bytes (None: no GPU; auto then plans 0 layers).
     gpu_layers_max: the most layers the model can run on a GPU (Footprint.gpu_layers_max; 0 for
-    mixture-of-experts models): auto plans no more, a larger count is refused.
+    mixture-of-experts and encoder models): auto plans no more, a larger count is refused.
     """
     ngl = parse_n_gpu_layers(n_gpu_layers)
     most = n_layer if gpu_layers_max is None else min(n_layer, gpu_layers_max)
     if most < n_layer and (ngl == "all" or isinstance(ngl, int) and ngl > most):
         raise ValueError(f"n_gpu_layers={ngl!r}: this model's layers run on the CPU only "
-                         f"(mixture-of-experts layers have no GPU path yet); use n_gpu_layers=0")
+                         f"(mixture-of-experts and encoder layers have no GPU path yet); use n_gpu_layers=0")
     if gpu_margin < 0:
         raise ValueError(f"gpu_margin must be >= 0, got {gpu_margin}")
     budget = None if gpu_free is None else gpu_free - gpu_margin
@@ -169,7 +169,7 @@ def plan_layers(footprint: FootprintFn, n_layer: int, n_gpu_layers: NGpuLayers, 
     if ngl == "auto":
         if most == 0:
             p = make(0, n_ctx)
-            p.notes.append("auto: this model's layers run on the CPU only (mixture of experts)")
+            p.notes.append("auto: this model's layers run on the CPU only (mixture-of-experts and encoder models)")
             return p
         if budget is None:
             p = make(0, n_ctx)

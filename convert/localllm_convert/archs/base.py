@@ -19,7 +19,7 @@ from ..checkpoint import Checkpoint, CheckpointError, TensorRef
 from ..vocab import Vocab, load_vocab
 
 __all__ = ["PlannedTensor", "ArchConverter", "register", "REGISTRY", "converter_for",
-           "supported_architectures", "HParams"]
+           "supported_architectures", "HParams", "sentence_transformers_pooling"]
 
 Transform = Callable[[np.ndarray], np.ndarray]   # float32 in, float32 out (same shape)
 
@@ -62,6 +62,25 @@ class HParams:
 
 
 REGISTRY: dict[str, type[ArchConverter]] = {}
+
+def sentence_transformers_pooling(ckpt) -> str | None:
+    """The pooling a sentence-transformers checkpoint declares (None when it declares none)."""
+    modules = ckpt.json("modules.json")
+    if not isinstance(modules, list):
+        return None
+    for module in modules:
+        if isinstance(module, dict) and str(module.get("type", "")).endswith("models.Pooling"):
+            config = ckpt.json(f"{module.get('path', '')}/config.json") or {}
+            if config.get("pooling_mode_cls_token"):
+                return "cls"
+            if config.get("pooling_mode_mean_tokens"):
+                return "mean"
+            if config.get("pooling_mode_lasttoken"):
+                return "last"
+            raise CheckpointError(f"{module.get('path')}/config.json: a pooling mode other than cls, mean "
+                                  f"or last token is not supported: {config}")
+    return None
+
 
 
 def register(*hf_names: str):
@@ -287,6 +306,18 @@ class ArchConverter:
         if missing:
             raise CheckpointError(f"the checkpoint lacks {len(missing)} tensor(s) the config "
                                   f"implies, e.g. {', '.join(missing[:4])}")
+
+    def pooling(self) -> str | None:
+        """How an embedding model pools its hidden states (None: not an embedding model):
+        what a sentence-transformers checkpoint declares."""
+        return sentence_transformers_pooling(self.ckpt)
+
+    def write_pooling(self, w) -> None:
+        """{arch}.pooling_type, as llama.cpp's converter writes it, for embedding models."""
+        from localllm.embed import POOLING_TYPES   # llama.cpp's numbers, the runtime's one table
+        pooling = self.pooling()
+        if pooling is not None:
+            w.add_uint32(f"{self.gguf_arch}.pooling_type", POOLING_TYPES[pooling])
 
     def extra_tensors(self) -> list[PlannedTensor]:
         """Tensors computed from the config (none by default)."""

@@ -85,6 +85,11 @@ public:
         else geglu(pool_, gate, up, out, n);
     }
     void add(float* y, const float* x, int64_t n) override { add_inplace(y, x, n); }
+    void layer_norm(const float* x, const WeightRef& w, const WeightRef& b, float* y, int64_t rows, int64_t n,
+                    float eps) override {
+        layer_norm_rows(pool_, x, w.present() ? w.f32() : nullptr, b.present() ? b.f32() : nullptr, y, rows, n, eps);
+    }
+    void gelu(float* x, int64_t n) override { gelu_erf(pool_, x, n); }
     void embed(const EmbeddingTable& table, const int32_t* tokens, int64_t T, float* out) override;
     void output_head(const float* x, const Batch& b, const WeightRef& norm, float eps, const WeightRef& out,
                      float* logits) override;

@@ -41,6 +41,13 @@ void geglu(ThreadPool& pool, const float* gate, const float* up, float* out, int
 // The scalar loop geglu's SIMD path is held to (tests).
 void geglu_reference(const float* gate, const float* up, float* out, int64_t n);
 
+// LayerNorm of each row (in place allowed): mean and variance summed in double, as ggml's norm;
+// then * w + b (either may be null).
+void layer_norm_rows(ThreadPool& pool, const float* x, const float* w, const float* b, float* y, int64_t rows,
+                     int64_t n, float eps);
+// x[i] = 0.5 x (1 + erf(x / sqrt 2)): the GELU BERT models were trained with (not the tanh form).
+void gelu_erf(ThreadPool& pool, float* x, int64_t n);
+
 // y[i] += x[i]
 void add_inplace(float* y, const float* x, int64_t n);
 // rows[r][i] += bias[i]

@@ -35,6 +35,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence as Seq
 import numpy as np
 
 from .constraints import Constraints, StepMasks
+from .embedding_jobs import EmbeddingBatch, EmbeddingJob, EmbeddingQueue, padded_tables
 from .kv_blocks import NULL_BLOCK, BlockPool, BlockTable
 from ..sampling import SamplingParams, StopMatcher, make_sampler
 from .scheduler import Schedule, Scheduler, Sequence
@@ -142,6 +143,10 @@ class _Request:
     matcher: Any = None                   # llguidance matcher of a constrained request (params.constraint)
 
 
+# Embedding tokens a step that runs generation carries: a few rows more in each decode step.
+EMBED_SHARE = 8
+
+
 class Engine:
     """Continuous batching over one `_core.Model` and its paged KV cache.
 
@@ -187,6 +192,9 @@ class Engine:
         self._stopping = False
         self.proposer = proposer
         self.constraints = Constraints(tokenizer, self.n_vocab, overlap=overlap_masks)
+        # Embedding jobs ride in the steps (embedding_jobs.py): while generation runs they add
+        # at most EMBED_SHARE tokens to a step (docs/embeddings.md has the measured trade).
+        self.embeddings = EmbeddingQueue(self.pool, share=EMBED_SHARE, chunked=not model.bidirectional)
 
     # ---- requests ----
     def check_request(self, prompt_ids: Seq[int], max_tokens: int) -> None:
@@ -343,6 +351,13 @@ class Engine:
         for rid in aborts:
             self._abort_now(rid)
 
+    def submit_embedding(self, job: EmbeddingJob) -> None:
+        """Queue sequences to embed or score; their steps run on the loop thread, or on whichever
+        thread calls step (`localllm.embed` waits on job.done)."""
+        self.embeddings.submit(job)
+        with self._inbox_cond:
+            self._inbox_cond.notify()
+
     def has_unfinished(self) -> bool:
         with self.lock:
             self._drain_inbox()
@@ -369,6 +384,12 @@ class Engine:
             self._loop_thread = threading.Thread(target=self._run_loop, name="localllm-engine", daemon=True)
             self._loop_thread.start()
 
+    @property
+    def loop_running(self) -> bool:
+        """Whether the step loop thread runs (else callers step the engine themselves)."""
+        thread = self._loop_thread
+        return thread is not None and thread.is_alive()
+
     def stop(self, timeout: Optional[float] = None) -> None:
         """Stop the step loop after its current step (requests stay queued)."""
         with self._inbox_cond:
@@ -381,7 +402,8 @@ class Engine:
     def _run_loop(self) -> None:
         while True:
             with self._inbox_cond:
-                while not (self._stopping or self._inbox or self._pending_aborts or self.scheduler.has_work):
+                while not (self._stopping or self._inbox or self._pending_aborts or self.scheduler.has_work
+                           or self.embeddings.pending):
                     self._inbox_cond.wait()
                 if self._stopping:
                     return
@@ -454,12 +476,18 @@ class Engine:
             self._propose()
             schedule = self.scheduler.schedule()
             self.stats.preemptions += len(schedule.preempted)
+            extra = self.embeddings.take(self.scheduler.max_batch_tokens - schedule.n_tokens, bool(schedule.chunks))
             if not schedule.chunks:
-                return False
+                if extra is not None:
+                    self._embedding_step(extra)
+                return extra is not None
             tokens, positions, seq_of_token, tables, rows = self._batch_arrays(schedule)
             pending = self._start_masks(schedule, len(rows))     # computed while the forward runs
-            logits = self.model.forward(tokens, positions, seq_of_token, tables, rows,
-                                        self._logits_out(len(rows)))                 # [n_rows, n_vocab]
+            if extra is None:
+                logits = self.model.forward(tokens, positions, seq_of_token, tables, rows,
+                                            self._logits_out(len(rows)))             # [n_rows, n_vocab]
+            else:
+                logits = self._mixed_step(extra, tokens, positions, seq_of_token, tables, rows)
             masks = pending.wait() if pending is not None else None                  # [n_rows, words]
             self.scheduler.commit(schedule)
             self._count(schedule, len(tokens))
@@ -478,6 +506,34 @@ class Engine:
                 first += n_rows
             self._sample_rows(plain, logits, masks)
             return True
+
+    def _embedding_step(self, extra: EmbeddingBatch) -> None:
+        """A step of embeddings alone (token types for cross-encoder pairs)."""
+        try:
+            tokens, positions, seq_of, tables, types, hidden_rows = extra.arrays(0, 0)
+            hidden = self.model.forward_hidden(tokens, positions, seq_of, padded_tables(tables), hidden_rows, types)
+        except Exception as e:
+            extra.fail(e)
+            raise
+        extra.finish(hidden)
+
+    def _mixed_step(self, extra: EmbeddingBatch, tokens, positions, seq_of_token, tables, rows) -> np.ndarray:
+        """One forward for the step's generation and the embedding sequences appended to it."""
+        try:
+            e_tokens, e_pos, e_seq, e_tables, _, hidden_rows = extra.arrays(len(tables), len(tokens))
+            emb_tables = padded_tables(e_tables)
+            both = np.full((len(tables) + len(e_tables), max(tables.shape[1], emb_tables.shape[1])), NULL_BLOCK,
+                           np.int32)
+            both[:len(tables), :tables.shape[1]] = tables
+            both[len(tables):, :emb_tables.shape[1]] = emb_tables
+            logits, hidden = self.model.forward_mixed(
+                np.concatenate([tokens, e_tokens]), np.concatenate([positions, e_pos]),
+                np.concatenate([seq_of_token, e_seq]), both, rows, hidden_rows)
+        except Exception as e:
+            extra.fail(e)
+            raise
+        extra.finish(hidden)
+        return logits
 
     def _start_masks(self, schedule: Schedule, n_rows: int) -> Optional[StepMasks]:
         """Start computing the token masks of the step's constrained rows (None: there are

@@ -27,6 +27,7 @@ from ..text.chat import ChatTemplateError
 from ..engine import RequestOutput
 from ..llm import LLM
 from ..engine.requests import EngineRequest
+from .embeddings import add_embedding_routes
 from ..structured.tools import ToolSetup
 from .errors import APIError, bad_request, error_body, install_error_handlers, invalid_body
 from .guard import RequestGuard
@@ -69,6 +70,7 @@ def create_app(config: ServerConfig, llm: Optional[LLM] = None, on_load_error=No
     auth = [Depends(_api_key_check(config.api_key))]
     _add_info_routes(app, state, auth)
     _add_generation_routes(app, state, auth)
+    add_embedding_routes(app, state, auth)
     return app
 
 

@@ -23,6 +23,7 @@ from typing import Any, Union
 from .bpe import BpeMerger
 from .pretok import UNICODE_TO_BYTE, bytes_to_unicode_text, split_words
 from .spm import SpmEncoder
+from .wpm import WpmEncoder
 from .vocab import TokenAttr, VocabData, load_vocab
 
 __all__ = ["Tokenizer", "StreamDecoder", "TokenAttr"]
@@ -49,8 +50,11 @@ class Tokenizer:
         self._candidates: dict[bool, list[tuple[int, str, int]]] = {}
         self._spm: SpmEncoder | None = None
         self._bpe: BpeMerger | None = None
+        self._wpm: WpmEncoder | None = None
         if isinstance(vocab.encoder, SpmEncoder):
             self._spm = vocab.encoder
+        elif isinstance(vocab.encoder, WpmEncoder):
+            self._wpm = vocab.encoder
         else:
             self._bpe = vocab.encoder
         self.chat_template: str | None = None
@@ -173,6 +177,9 @@ class Tokenizer:
         fragments = self._partition(text, parse_special) if text else []
         if self._spm is not None:
             self._encode_spm(text, fragments, out)
+        elif self._wpm is not None:
+            for frag in fragments:
+                out.extend([frag] if isinstance(frag, int) else self._wpm.encode(text[frag[0]:frag[1]]))
         else:
             for frag in fragments:
                 if isinstance(frag, int):
@@ -280,7 +287,7 @@ class Tokenizer:
         if attr & (_RENDERED_SPECIAL | TokenAttr.USER_DEFINED):
             return utf8
         if attr & TokenAttr.NORMAL:
-            if self._v.model == "llama":
+            if self._v.model in ("llama", "bert"):
                 return utf8.replace(_SPACE_ESCAPE_UTF8, b" ")
             return _byte_level_decode(utf8.decode("utf-8", "surrogatepass"))
         if attr & TokenAttr.BYTE:

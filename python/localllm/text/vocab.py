@@ -26,6 +26,7 @@ import numpy as np
 from .bpe import BpeMerger
 from .pretok import PreTokenizerSpec, pre_tokenizer_spec
 from .spm import SpmEncoder
+from .wpm import WpmEncoder
 
 __all__ = ["PackedTexts", "TokenAttr", "VocabData", "load_vocab"]
 
@@ -128,14 +129,14 @@ class PackedTexts(Sequence[bytes]):
         return self._blob[self._starts[i]:self._starts[i + 1]]
 
 
-Encoder = Union[SpmEncoder, BpeMerger]
+Encoder = Union[SpmEncoder, BpeMerger, WpmEncoder]
 
 
 @dataclass
 class VocabData:
     """Everything the tokenizer needs from the metadata, llama.cpp-normalised."""
 
-    model: str                       # "llama" (SPM) or "gpt2" (BPE)
+    model: str                       # "llama" (SPM), "gpt2" (BPE) or "bert" (WordPiece)
     pre: str
     tokens: Sequence[bytes]          # UTF-8 text per id (surrogatepass for lone surrogates)
     attrs: array                     # TokenAttr bits per id ('H': all bits fit in 10)
@@ -212,6 +213,14 @@ def _read_special_ids(meta: Mapping[str, Any], model: str, n: int,
     special: dict[str, int | None] = {name: None for name, _ in _SPECIAL_KEYS}
     if model == "llama":
         special.update(bos=1, eos=2, unk=0)
+    elif model == "bert":   # llama.cpp's WPM: [CLS] text [SEP]
+        special.update(bos=101, eos=102, unk=100, sep=102, pad=0, mask=103)
+        cls = _scalar(meta, _K + "cls_token_id")
+        if isinstance(cls, int) and not isinstance(cls, bool) and 0 <= cls < n:
+            special["bos"] = cls
+        sep = _scalar(meta, _K + "seperator_token_id")
+        if isinstance(sep, int) and not isinstance(sep, bool) and 0 <= sep < n:
+            special["eos"] = sep
     else:
         special.update(bos=None if spec and spec.no_default_bos else 11, eos=11)
     for name, key in _SPECIAL_KEYS:
@@ -300,6 +309,12 @@ def _texts_and_encoder(meta: Mapping[str, Any], model: str, tokens: list[str],
         token_ids = dict(zip(reversed(utf8), range(n - 1, -1, -1)))
         scores = _number_array(meta, _K + "scores", n, np.float32)
         return utf8, SpmEncoder(token_ids, np.zeros(n, np.float32) if scores is None else scores)
+    if model == "bert":
+        token_ids = dict(zip(reversed(tokens), range(n - 1, -1, -1)))
+        unk = _scalar(meta, _K + "unknown_token_id", 100)
+        return ([t.encode("utf-8", "surrogatepass") for t in tokens],
+                WpmEncoder(token_ids, unk if isinstance(unk, int) and 0 <= unk < n else None,
+                           _as_bool(meta, _K + "normalizer.lowercase", True)))
     merges = meta.get(_K + "merges")
     if merges is None:
         raise ValueError("BPE (gpt2) tokenizer metadata has no tokenizer.ggml.merges")
@@ -320,8 +335,8 @@ def _token_attrs(meta: Mapping[str, Any], n: int) -> array:
 def load_vocab(meta: Mapping[str, Any]) -> VocabData:
     """Interpret GGUF ``tokenizer.*`` metadata the way llama.cpp's vocabulary loader does."""
     model = _scalar(meta, _K + "model")
-    if model not in ("llama", "gpt2"):
-        raise ValueError(f"unsupported tokenizer.ggml.model {model!r} (supported: llama, gpt2)")
+    if model not in ("llama", "gpt2", "bert"):
+        raise ValueError(f"unsupported tokenizer.ggml.model {model!r} (supported: llama, gpt2, bert)")
     pre = _scalar(meta, _K + "pre", "") or ""
     spec = pre_tokenizer_spec(pre) if model == "gpt2" else None
     tokens = _token_list(meta)
@@ -329,11 +344,13 @@ def load_vocab(meta: Mapping[str, Any]) -> VocabData:
     special = _read_special_ids(meta, model, n, spec)
     if model == "llama":
         add_bos, add_space_prefix, clean_spaces = True, True, False
+    elif model == "bert":
+        add_bos, add_space_prefix, clean_spaces = True, False, True
     else:
         add_bos, add_space_prefix, clean_spaces = spec.add_bos, False, spec.clean_spaces
     add_space_prefix = _as_bool(meta, _K + "add_space_prefix", add_space_prefix)
     add_bos = _as_bool(meta, _K + "add_bos_token", add_bos)
-    add_eos = _as_bool(meta, _K + "add_eos_token", False)
+    add_eos = _as_bool(meta, _K + "add_eos_token", model == "bert")
     for flag, name, key in ((add_bos, "bos", "add_bos_token"), (add_eos, "eos", "add_eos_token")):
         if flag and special[name] is None:
             raise ValueError(f"{_K + key} is true, but {name} token id is not set")

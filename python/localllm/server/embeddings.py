@@ -1,0 +1,114 @@
+"""POST /v1/embeddings (OpenAI's shape) and POST /v1/rerank (llama-server's and the Jina/Cohere
+shape; /rerank too), over `LLM.embed` and `LLM.rerank` (localllm.embed).
+
+Embedding work runs on a worker thread; each of its forwards takes the engine's lock on its own,
+so generation steps interleave with a long embedding request. A model that cannot serve the
+request (no pooling, a reranker asked for embeddings, an embedder asked to rerank, an input too
+long without `truncate`) is a 400 naming why.
+"""
+from __future__ import annotations
+
+import base64
+from typing import Annotated, Literal, Optional, Union
+
+import numpy as np
+from fastapi import FastAPI, Request
+from pydantic import Field, StrictBool, StrictInt, StrictStr
+
+from .errors import bad_request
+from .protocol import TokenIds, _Body
+from .state import ServerState
+
+__all__ = ["EmbeddingRequest", "RerankRequest", "add_embedding_routes", "MAX_INPUTS"]
+
+MAX_INPUTS = 2048      # inputs per request (OpenAI's limit for embeddings)
+
+
+class EmbeddingRequest(_Body):
+    model: Optional[StrictStr] = None
+    input: Union[StrictStr, list[StrictStr], TokenIds, list[TokenIds]]
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: Optional[Annotated[StrictInt, Field(ge=1)]] = None
+    truncate: StrictBool = False            # extension (llama-server, Ollama): cut over-long inputs
+
+    def inputs(self) -> list:
+        """The inputs as a list: one string, strings, one token-id list, or token-id lists."""
+        if isinstance(self.input, str):
+            return [self.input]
+        if self.input and isinstance(self.input[0], int):
+            return [self.input]
+        return list(self.input)
+
+
+class _Document(_Body):
+    text: StrictStr
+
+
+class RerankRequest(_Body):
+    model: Optional[StrictStr] = None
+    query: StrictStr
+    documents: list[Union[StrictStr, _Document]]
+    top_n: Optional[Annotated[StrictInt, Field(ge=0)]] = None
+    return_documents: StrictBool = True
+    truncate: StrictBool = False
+
+    def texts(self) -> list[str]:
+        return [d if isinstance(d, str) else d.text for d in self.documents]
+
+
+def _encode(vector: np.ndarray, encoding: str) -> Union[list[float], str]:
+    if encoding == "base64":   # little-endian float32, as OpenAI's client decodes it
+        return base64.b64encode(vector.astype("<f4").tobytes()).decode("ascii")
+    return vector.tolist()
+
+
+def add_embedding_routes(app: FastAPI, state: ServerState, auth: list) -> None:
+    from .app import _body, _user_call   # app.py registers these routes after defining its helpers
+
+    @app.post("/v1/embeddings", dependencies=auth)
+    async def embeddings(request: Request) -> dict:
+        llm = state.ready()
+        body = await _body(request, EmbeddingRequest)
+        state.check_model(body.model)
+        inputs = body.inputs()
+        if not inputs:
+            raise bad_request("input is empty", param="input")
+        if len(inputs) > MAX_INPUTS:
+            raise bad_request(f"input: {len(inputs)} inputs, at most {MAX_INPUTS} are allowed", param="input")
+        for i, item in enumerate(inputs):
+            if isinstance(item, str):
+                state.config.limits.check_text(item, f"input[{i}]", llm.n_ctx)
+        vectors, n_tokens = await _user_call(
+            lambda: llm.embedder.embed(inputs, True, body.dimensions, None, body.truncate), param="input")
+        return {"object": "list", "model": state.model_id,
+                "data": [{"object": "embedding", "index": i, "embedding": _encode(v, body.encoding_format)}
+                         for i, v in enumerate(vectors)],
+                "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens}}
+
+    async def rerank(request: Request) -> dict:
+        llm = state.ready()
+        body = await _body(request, RerankRequest)
+        state.check_model(body.model)
+        docs = body.texts()
+        if len(docs) > MAX_INPUTS:
+            raise bad_request(f"documents: {len(docs)} documents, at most {MAX_INPUTS} are allowed",
+                              param="documents")
+        state.config.limits.check_text(body.query, "query", llm.n_ctx)
+        for i, d in enumerate(docs):
+            state.config.limits.check_text(d, f"documents[{i}]", llm.n_ctx)
+        scores, n_tokens = await _user_call(lambda: llm.embedder.rerank(body.query, docs, body.truncate),
+                                            param="documents")
+        order = sorted(range(len(docs)), key=lambda i: -float(scores[i]))
+        if body.top_n is not None:
+            order = order[:body.top_n]
+        results = []
+        for i in order:
+            result = {"index": i, "relevance_score": float(scores[i])}
+            if body.return_documents:
+                result["document"] = {"text": docs[i]}
+            results.append(result)
+        return {"object": "list", "model": state.model_id, "results": results,
+                "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens}}
+
+    for path in ("/v1/rerank", "/rerank"):
+        app.add_api_route(path, rerank, methods=["POST"], dependencies=auth)
