@@ -29,6 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "python"), str(REPO / "convert"), str(REPO / "cli"), str(REPO / "tests")]
 
 from machine import describe, line  # noqa: E402
+from serve_compare import _wait_healthy as wait_healthy  # noqa: E402
 
 WORDS = ("the a of local model vector search note file editor meaning query document text small fast "
          "quiet river stone light window garden paper music code engine memory question answer").split()
@@ -93,19 +94,6 @@ def http_rate(url: str, data: list[str], batch: int) -> float:
         call(data[:8])
         return rate(call, data, batch)
 
-
-def wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 120) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}")
-        try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    raise TimeoutError(url)
 
 
 def over_http(cmd: list[str], port: int, data: list[str]) -> dict:

@@ -11,21 +11,9 @@ import jsonschema
 import pytest
 
 from conftest import llm_for
+from tool_defs import ASK, PARAMS, TOOLS
 
 QWEN = "qwen2.5-coder-0.5b-q4_k_m"
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "Current weather of a city",
-    "parameters": {"type": "object", "properties": {
-        "city": {"type": "string", "maxLength": 40},
-        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
-        "required": ["city", "unit"], "additionalProperties": False}}}
-TIME = {"type": "function", "function": {
-    "name": "get_time", "description": "Current local time of a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 40}},
-                   "required": ["city"], "additionalProperties": False}}}
-TOOLS = [WEATHER, TIME]
-PARAMS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
-ASK = [{"role": "user", "content": "What is the weather in Paris right now, in celsius?"}]
 
 
 def _check_call(call: dict) -> dict:

@@ -13,20 +13,8 @@ import pytest
 
 from conftest import model_file
 from serving import CHAT, LiveServer
+from tool_defs import ASK, PARAMS, TOOLS
 
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "Current weather of a city",
-    "parameters": {"type": "object", "properties": {
-        "city": {"type": "string", "maxLength": 40},
-        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
-        "required": ["city", "unit"], "additionalProperties": False}}}
-TIME = {"type": "function", "function": {
-    "name": "get_time", "description": "Current local time of a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 40}},
-                   "required": ["city"], "additionalProperties": False}}}
-TOOLS = [WEATHER, TIME]
-PARAMS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
-ASK = [{"role": "user", "content": "What is the weather in Paris right now, in celsius?"}]
 
 
 @pytest.fixture(scope="module")
