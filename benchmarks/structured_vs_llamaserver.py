@@ -33,35 +33,38 @@ sys.path.insert(0, str(REPO / "python"))
 from structured import SCHEMA, prompt  # noqa: E402
 
 
-def _complete(url: str, body: dict) -> tuple[str, int]:
+def _complete(url: str, body: dict) -> tuple[str, int, str]:
     r = httpx.post(f"{url}/v1/completions", json=body, timeout=600)
     r.raise_for_status()
     out = r.json()
-    return out["choices"][0]["text"], out["usage"]["completion_tokens"]
+    return out["choices"][0]["text"], out["usage"]["completion_tokens"], out["choices"][0]["finish_reason"]
 
 
-def _together(url: str, bodies: list[dict]) -> tuple[float, list[tuple[str, int]]]:
-    """Output tok/s of sending all bodies at once, and each answer's (text, tokens)."""
+def _together(url: str, bodies: list[dict]) -> tuple[float, list[tuple[str, int, str]]]:
+    """Output tok/s of sending all bodies at once, and each answer's (text, tokens, finish reason)."""
     t0 = time.perf_counter()
     with ThreadPoolExecutor(len(bodies)) as pool:
         answers = list(pool.map(lambda b: _complete(url, b), bodies))
-    return sum(n for _, n in answers) / (time.perf_counter() - t0), answers
+    return sum(a[1] for a in answers) / (time.perf_counter() - t0), answers
 
 
-def pair(url: str, n: int, tokens: int, rep: int) -> tuple[float, float, int]:
-    """(unconstrained tok/s, json_schema tok/s, outputs the schema accepts) on the same prompts
-    and token counts."""
+def pair(url: str, n: int, tokens: int, rep: int) -> tuple[float, float, int, int]:
+    """(unconstrained tok/s, json_schema tok/s, outputs that ended by themselves (not at
+    max_tokens), of those the ones the schema accepts) on the same prompts and token counts."""
     base = [{"prompt": prompt(i), "temperature": 0.8, "seed": 100 * rep + i} for i in range(n)]
     schema_tps, answers = _together(url, [dict(b, max_tokens=tokens, json_schema=SCHEMA) for b in base])
-    valid = 0
-    for text, _ in answers:
+    valid = ended = 0
+    for text, _, finish in answers:
+        if finish == "length":   # cut off inside the structure: not a complete output
+            continue
+        ended += 1
         try:
             jsonschema.validate(json.loads(text), SCHEMA)
             valid += 1
         except (json.JSONDecodeError, jsonschema.ValidationError):
             pass
-    free_tps, _ = _together(url, [dict(b, max_tokens=length, ignore_eos=True) for b, (_, length) in zip(base, answers)])
-    return free_tps, schema_tps, valid
+    free_tps, _ = _together(url, [dict(b, max_tokens=a[1], ignore_eos=True) for b, a in zip(base, answers)])
+    return free_tps, schema_tps, ended, valid
 
 
 def main() -> None:
@@ -93,10 +96,11 @@ def main() -> None:
                     free = statistics.median(r[0] for r in runs)
                     schema = statistics.median(r[1] for r in runs)
                     ratio = statistics.median(r[1] / r[0] for r in runs)
-                    valid = sum(r[2] for r in runs)
+                    ended, valid = sum(r[2] for r in runs), sum(r[3] for r in runs)
                     print(f"{server:12s} {args.model} n={n:2d}: unconstrained {free:7.1f} tok/s, json_schema "
                           f"{schema:7.1f} tok/s (median ratio {100 * ratio:5.1f}%, {args.reps} pairs), "
-                          f"schema-valid outputs {valid}/{n * args.reps}", flush=True)
+                          f"{ended}/{n * args.reps} outputs ended before max_tokens, {valid} of them "
+                          f"schema-valid", flush=True)
             finally:
                 proc.terminate()
                 proc.wait(30)
