@@ -132,7 +132,7 @@ def test_real_minilm_matches_sentence_transformers(tmp_path_factory, type_, floo
     llm = LLM(str(gguf), n_threads=2, n_ctx=512)
     assert llm.embedder.pooling == "mean"
     # The keys llama.cpp's loader requires of a bert file, as its converter writes them.
-    assert llm.gguf.metadata["bert.token_type_count"] == 2
+    assert llm.gguf.metadata["tokenizer.ggml.token_type_count"] == 2
     ours = llm.embed(TEXTS)
     ref = SentenceTransformer(str(hf_dir), device="cpu").encode(TEXTS, normalize_embeddings=True)
     assert cosines(ours, ref).min() >= floor

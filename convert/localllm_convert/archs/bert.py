@@ -80,7 +80,7 @@ class BertConverter(ArchConverter):
         w.add_layer_norm_eps(hp.rms_eps)
         w.add_bool(f"{a}.attention.causal", False)
         # llama.cpp refuses a bert-family file without it ("bert model needs to define token type count").
-        w.add_uint32(f"{a}.token_type_count", int(self.config.get("type_vocab_size", 2)))
+        w.add_uint32("tokenizer.ggml.token_type_count", int(self.config.get("type_vocab_size", 2)))
         if self.classifier:
             labels = self.config.get("id2label") or {}
             w.add_array(f"{a}.classifier.output_labels", [str(labels[k]) for k in sorted(labels, key=int)])

@@ -74,7 +74,7 @@ class NomicBertConverter(ArchConverter):
         w.add_rope_freq_base(float(rope.get("rope_theta", 1000.0)))
         w.add_bool(f"{a}.attention.causal", False)
         # llama.cpp refuses a bert-family file without it ("bert model needs to define token type count").
-        w.add_uint32(f"{a}.token_type_count", int(self.config.get("type_vocab_size", 2)))
+        w.add_uint32("tokenizer.ggml.token_type_count", int(self.config.get("type_vocab_size", 2)))
 
     def map_name(self, hf_name: str) -> str | None:
         if hf_name in _MODEL_TENSORS:
