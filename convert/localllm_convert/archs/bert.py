@@ -43,6 +43,19 @@ _CLASSIFIER_TENSORS = {
 }
 
 
+def write_encoder_metadata(w, hp: HParams, arch: str, config: dict) -> None:
+    """The keys every bert-family encoder file carries (bert, nomic-bert)."""
+    w.add_block_count(hp.n_layer)
+    w.add_context_length(int(hp.n_ctx))
+    w.add_embedding_length(hp.n_embd)
+    w.add_feed_forward_length(hp.n_ff)
+    w.add_head_count(hp.n_head)
+    w.add_layer_norm_eps(hp.rms_eps)
+    w.add_bool(f"{arch}.attention.causal", False)
+    # llama.cpp refuses a bert-family file without it ("bert model needs to define token type count").
+    w.add_uint32("tokenizer.ggml.token_type_count", int(config.get("type_vocab_size", 2)))
+
+
 @register("BertModel", "BertForSequenceClassification")
 class BertConverter(ArchConverter):
     gguf_arch = "bert"
@@ -71,16 +84,8 @@ class BertConverter(ArchConverter):
         return sentence_transformers_pooling(self.ckpt) or "cls"
 
     def write_metadata(self, w) -> None:
-        hp, a = self.hp, self.gguf_arch
-        w.add_block_count(hp.n_layer)
-        w.add_context_length(int(hp.n_ctx))
-        w.add_embedding_length(hp.n_embd)
-        w.add_feed_forward_length(hp.n_ff)
-        w.add_head_count(hp.n_head)
-        w.add_layer_norm_eps(hp.rms_eps)
-        w.add_bool(f"{a}.attention.causal", False)
-        # llama.cpp refuses a bert-family file without it ("bert model needs to define token type count").
-        w.add_uint32("tokenizer.ggml.token_type_count", int(self.config.get("type_vocab_size", 2)))
+        a = self.gguf_arch
+        write_encoder_metadata(w, self.hp, a, self.config)
         if self.classifier:
             labels = self.config.get("id2label") or {}
             w.add_array(f"{a}.classifier.output_labels", [str(labels[k]) for k in sorted(labels, key=int)])

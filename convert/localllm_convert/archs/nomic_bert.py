@@ -12,7 +12,7 @@ import re
 from ..checkpoint import CheckpointError
 from ..vocab import Vocab
 from .base import ArchConverter, HParams, _int, register
-from .bert import load_wordpiece_vocab
+from .bert import load_wordpiece_vocab, write_encoder_metadata
 
 __all__ = ["NomicBertConverter"]
 
@@ -65,16 +65,8 @@ class NomicBertConverter(ArchConverter):
         rope = self.rope_parameters()
         if (rope.get("rope_type") or "default") != "default":
             raise CheckpointError(f"unsupported rope scaling type {rope.get('rope_type')!r} for nomic-bert")
-        w.add_block_count(hp.n_layer)
-        w.add_context_length(int(hp.n_ctx))
-        w.add_embedding_length(hp.n_embd)
-        w.add_feed_forward_length(hp.n_ff)
-        w.add_head_count(hp.n_head)
-        w.add_layer_norm_eps(hp.rms_eps)
+        write_encoder_metadata(w, hp, a, self.config)
         w.add_rope_freq_base(float(rope.get("rope_theta", 1000.0)))
-        w.add_bool(f"{a}.attention.causal", False)
-        # llama.cpp refuses a bert-family file without it ("bert model needs to define token type count").
-        w.add_uint32("tokenizer.ggml.token_type_count", int(self.config.get("type_vocab_size", 2)))
 
     def map_name(self, hf_name: str) -> str | None:
         if hf_name in _MODEL_TENSORS:
