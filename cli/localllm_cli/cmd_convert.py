@@ -10,7 +10,8 @@ __all__ = ["register", "run_convert", "print_result", "import_converter"]
 # imports the converter only when a conversion runs: every other command works without them.
 _TYPES_HELP = ("output type: f32, f16 (default), bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k_s, "
                "q4_k_m, q5_k_s, q5_k_m, q6_k, iq4_nl, iq4_xs; the K-quant and IQ4 presets mix "
-               "types per tensor as llama.cpp does")
+               "types per tensor as llama.cpp does. Default for a GPTQ/AWQ checkpoint: its "
+               "layers keep their quantization (exactly where a ggml type holds it), the rest f16")
 
 
 def import_converter():
@@ -35,7 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                        "in the same pass)")
     p.add_argument("hf_dir", help="checkpoint directory (config.json, *.safetensors, tokenizer)")
     p.add_argument("-o", "--outfile", default=None, help="output .gguf file")
-    p.add_argument("--type", "--outtype", dest="type", default="f16", type=str.lower,
+    p.add_argument("--type", "--outtype", dest="type", default=None, type=str.lower,
                    help=_TYPES_HELP)
     p.add_argument("-t", "--threads", type=int, default=None, help="threads (default: all)")
     p.add_argument("--vocab-only", action="store_true", help="write only metadata and vocabulary")
@@ -51,6 +52,8 @@ def print_result(result, plan: bool, out=None) -> None:
     if plan:
         for t in result.tensors:
             note = f"  (fallback from {t.fallback_from.name})" if t.fallback_from else ""
+            if t.exact is not None:
+                note += "  (exact)" if t.exact else "  (requantized)"
             shape = "x".join(str(d) for d in reversed(t.shape))
             print(f"{t.name:40} {shape:>16} {t.qtype.name:>5} {t.nbytes / 1e6:9.2f} MB{note}",
                   file=out)
@@ -61,11 +64,16 @@ def print_result(result, plan: bool, out=None) -> None:
     print(f"{result.architecture} {result.file_type}: {len(result.tensors)} tensors ({counts}); "
           f"{mb_in:.1f} MB -> {mb_out:.1f} MB in {result.seconds:.1f} s ({rate:.0f} MB/s){where}",
           file=out)
+    if result.packed_format:
+        exact, total = result.exact_count
+        print(f"{result.packed_format}: {exact} of {total} quantized layers stored exactly",
+              file=out)
 
 
 def run_convert(args: argparse.Namespace) -> int:
     convert = import_converter().convert
-    check_type(args.type)
+    if args.type is not None:
+        check_type(args.type)
     if args.outfile is None and not args.dry_run:
         raise ValueError("an output file is needed: -o OUT.gguf")
     if args.threads is not None and args.threads < 1:

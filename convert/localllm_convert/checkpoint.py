@@ -22,6 +22,9 @@ __all__ = ["CheckpointError", "TensorRef", "Checkpoint", "SUPPORTED_DTYPES"]
 SUPPORTED_DTYPES: dict[str, np.dtype] = {
     "F32": np.dtype("<f4"), "F16": np.dtype("<f2"), "BF16": np.dtype("<u2"),
 }
+# int32 words of GPTQ/AWQ layers (qweight, qzeros, g_idx), accepted only under those names
+_PACKED_DTYPES: dict[str, np.dtype] = {"I32": np.dtype("<i4")}
+_PACKED_NAMES = (".qweight", ".qzeros", ".g_idx")
 
 
 class CheckpointError(ValueError):
@@ -32,7 +35,7 @@ class CheckpointError(ValueError):
 class TensorRef:
     """Where one checkpoint tensor lives."""
     name: str
-    dtype: str                 # safetensors dtype name: F32 / F16 / BF16
+    dtype: str                 # safetensors dtype name: F32 / F16 / BF16 (I32: packed GPTQ/AWQ)
     shape: tuple[int, ...]     # numpy order
     path: Path
     offset: int                # absolute byte offset in the file
@@ -40,7 +43,7 @@ class TensorRef:
 
     def read(self) -> np.ndarray:
         """The stored values (uint16 bit patterns for BF16), shaped, in memory."""
-        np_dtype = SUPPORTED_DTYPES[self.dtype]
+        np_dtype = SUPPORTED_DTYPES.get(self.dtype) or _PACKED_DTYPES[self.dtype]
         count = self.nbytes // np_dtype.itemsize
         with open(self.path, "rb") as f:
             f.seek(self.offset)
@@ -99,12 +102,15 @@ def _index_file(path: Path) -> dict[str, TensorRef]:
     for name, (dtype, shape) in listed.items():
         if dtype in ("I64", "I32") and name.endswith(_INDEX_BUFFERS):
             continue   # index buffers older transformers saved beside the weights (BERT's position_ids)
-        if dtype not in SUPPORTED_DTYPES:
+        np_dtype = SUPPORTED_DTYPES.get(dtype)
+        if np_dtype is None and name.endswith(_PACKED_NAMES):
+            np_dtype = _PACKED_DTYPES.get(dtype)
+        if np_dtype is None:
             raise CheckpointError(f"{path.name}: tensor {name!r} has dtype {dtype}; "
                                   f"supported: {', '.join(SUPPORTED_DTYPES)}")
         begin, end = header[name]["data_offsets"]
         nbytes = end - begin
-        if nbytes != int(np.prod(shape, dtype=np.int64)) * SUPPORTED_DTYPES[dtype].itemsize \
+        if nbytes != int(np.prod(shape, dtype=np.int64)) * np_dtype.itemsize \
                 or data_start + end > size:
             raise CheckpointError(f"{path.name}: tensor {name!r} has inconsistent size")
         refs[name] = TensorRef(name, dtype, shape, path, data_start + begin, nbytes)
@@ -125,8 +131,12 @@ class Checkpoint:
         if not isinstance(config, dict):
             raise CheckpointError(f"{config_path.name} must be a JSON object, got a JSON {type(config).__name__}")
         self.config: dict[str, Any] = config
-        self.tensors: dict[str, TensorRef] = self._index_weights()
         self._json_cache: dict[str, Any] = {}
+        from .packed import packed_tensors
+        from .packed_config import read_quantization_config
+        # GPTQ/AWQ: the packed format, and each quantized layer's parts as one weight
+        self.packed_format = read_quantization_config(config, self.json("quantize_config.json"))
+        self.tensors: dict[str, TensorRef] = packed_tensors(self._index_weights(), self.packed_format)
 
     def json(self, filename: str) -> Any | None:
         """Another JSON file of the checkpoint (None when absent); parsed once, shared."""

@@ -9,7 +9,9 @@ from pathlib import Path
 
 from .archs import converter_for
 from .checkpoint import Checkpoint
-from .filetypes import QT, QUANTIZATION_VERSION, preset
+from .filetypes import PRESETS, QT, QUANTIZATION_VERSION, Preset, preset
+from .packed import PackedWeightRef
+from .packed_exact import choose_packed_type, encode_exact
 from .quant_rules import choose_types
 from .writer import OutputTensor, write_gguf
 
@@ -23,6 +25,7 @@ class PlanEntry:
     qtype: QT
     nbytes: int
     fallback_from: QT | None = None
+    exact: bool | None = None     # GPTQ/AWQ layer: stored exactly (True) or requantized (False)
 
 
 @dataclass
@@ -36,9 +39,17 @@ class ConvertResult:
     output_bytes: int = 0
     seconds: float = 0.0
 
+    packed_format: str | None = None   # "GPTQ 4-bit, group 128, ..." for a quantized checkpoint
+
     @property
     def type_counts(self) -> dict[str, int]:
         return dict(Counter(t.qtype.name for t in self.tensors))
+
+    @property
+    def exact_count(self) -> tuple[int, int]:
+        """(GPTQ/AWQ layers written exactly, GPTQ/AWQ layers in all)."""
+        packed = [t for t in self.tensors if t.exact is not None]
+        return sum(1 for t in packed if t.exact), len(packed)
 
 
 def _model_name(ckpt: Checkpoint) -> str:
@@ -46,7 +57,34 @@ def _model_name(ckpt: Checkpoint) -> str:
     return os.path.basename(str(name).rstrip("/")) or ckpt.dir.resolve().name
 
 
-def convert(hf_dir: str | os.PathLike, out_path: str | os.PathLike | None, type: str = "f16",
+def _output_tensor(p, qtype: QT, keep_packed: bool) -> tuple[OutputTensor, bool | None]:
+    """One planned tensor as written: a GPTQ/AWQ layer in the type it loses least in (exact
+    blocks from its codes where one fits) unless a preset was asked for; the rest as planned.
+    Also whether a GPTQ/AWQ layer is exact (None for other tensors)."""
+    source_nbytes = p.source.nbytes if p.source is not None else 0
+    if not isinstance(p.source, PackedWeightRef):
+        return OutputTensor(p.name, p.shape, qtype, p.load, source_nbytes), None
+    if not keep_packed:
+        return OutputTensor(p.name, p.shape, qtype, p.load, source_nbytes), False
+    choice = choose_packed_type(p.source)
+    if not choice.exact:
+        return OutputTensor(p.name, p.shape, choice.qtype, p.load, source_nbytes), False
+    return OutputTensor(p.name, p.shape, choice.qtype,
+                        lambda: encode_exact(p.source, choice.qtype, p.transform),
+                        source_nbytes, raw=True), True
+
+
+def _packed_preset(entries: list[PlanEntry]) -> Preset:
+    """general.file_type of a GPTQ/AWQ conversion: the preset of the type most of its
+    quantized layers got."""
+    counts = Counter(e.qtype for e in entries if e.exact is not None)
+    if not counts:
+        return PRESETS["f16"]
+    most = counts.most_common(1)[0][0]
+    return next((p for p in PRESETS.values() if p.default_type == most), PRESETS["f16"])
+
+
+def convert(hf_dir: str | os.PathLike, out_path: str | os.PathLike | None, type: str | None = None,
             threads: int | None = None, vocab_only: bool = False, dry_run: bool = False,
             progress: bool | None = None) -> ConvertResult:
     """Convert the checkpoint in ``hf_dir`` to a GGUF file at ``out_path``.
@@ -56,6 +94,9 @@ def convert(hf_dir: str | os.PathLike, out_path: str | os.PathLike | None, type:
         out_path: output .gguf (not needed for a dry run).
         type: output preset: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k_s, q4_k_m,
             q5_k_s, q5_k_m, q6_k (K-quant presets mix types per tensor as llama.cpp does).
+            None (default): f16, except that the layers of a GPTQ/AWQ checkpoint keep their
+            quantization (exactly where a ggml type holds it, see packed_exact); a preset
+            requantizes them from their dequantized weights.
         threads: encoding threads (default: all CPUs available).
         vocab_only: write only the metadata and vocabulary (no tensors).
         dry_run: check everything and return the plan without writing.
@@ -66,20 +107,23 @@ def convert(hf_dir: str | os.PathLike, out_path: str | os.PathLike | None, type:
         OSError: unreadable input or unwritable output.
     """
     t0 = time.perf_counter()
-    chosen_preset = preset(type)
     ckpt = Checkpoint(hf_dir)
+    chosen_preset = preset(type or "f16")
     arch = converter_for(ckpt)
     vocab = arch.vocab()
     planned = [] if vocab_only else arch.plan()
     choices = choose_types([(p.name, p.shape, QT.F32) for p in planned], chosen_preset,
                            arch.hp.n_layer, arch.hp.n_head // arch.hp.n_head_kv, getattr(arch, "n_expert", 0))
-    outputs = [OutputTensor(p.name, p.shape, c.qtype, p.load,
-                            p.source.nbytes if p.source is not None else 0)
-               for p, c in zip(planned, choices)]
-    result = ConvertResult(None, arch.gguf_arch, chosen_preset.name,
-                           [PlanEntry(o.name, o.shape, o.qtype, o.nbytes, c.fallback_from)
-                            for o, c in zip(outputs, choices)],
-                           input_bytes=sum(o.source_nbytes for o in outputs))
+    outputs, entries = [], []
+    for p, c in zip(planned, choices):
+        out, exact = _output_tensor(p, c.qtype, keep_packed=type is None)
+        outputs.append(out)
+        entries.append(PlanEntry(out.name, out.shape, out.qtype, out.nbytes, c.fallback_from, exact))
+    if type is None and ckpt.packed_format is not None:
+        chosen_preset = _packed_preset(entries)
+    result = ConvertResult(None, arch.gguf_arch, chosen_preset.name, entries,
+                           input_bytes=sum(o.source_nbytes for o in outputs),
+                           packed_format=ckpt.packed_format.describe() if ckpt.packed_format else None)
     if dry_run:
         result.output_bytes = sum(t.nbytes for t in result.tensors)
         result.seconds = time.perf_counter() - t0

@@ -1,0 +1,255 @@
+"""GPTQ and AWQ checkpoints -> GGUF: the converter unpacks every layout exactly.
+
+Each test makes a tiny random llama (or qwen2) with transformers, quantizes its linear layers
+itself (round-to-nearest with fp16 scales; the packing below is written from the formats'
+documentation, independently of the converter's unpacker) and writes a checkpoint the way
+AutoGPTQ / GPTQModel / AutoAWQ do (``qweight``, ``qzeros``, ``scales``, ``g_idx`` and
+``quantization_config`` in config.json). The references:
+
+* the checkpoint's own dequantized weights, ``scale * (q - zero)`` per group, computed here;
+  gguf-py's dequantizers (``gguf.quants.dequantize``) read the GGUF's blocks back, and they must
+  equal those weights bit for bit where the chosen type is exact;
+* transformers' fp32 forward pass over the dequantized weights, for the logits;
+* AutoAWQ's and AutoGPTQ's own unpacking code, in ``benchmarks/gptq_awq_crosscheck.py`` (those
+  packages need CUDA builds to install, so they are not test dependencies; see docs/convert.md).
+
+Layout notes (from the GPTQ / AutoGPTQ / GPTQModel / AutoAWQ documentation and sources):
+GPTQ ``qweight`` is int32 [in / (32/bits), out], values packed along the input dimension, value k
+of a word at bits k*bits; ``qzeros`` int32 [groups, out / (32/bits)] packed along the output
+dimension; AutoGPTQ ("gptq", v1) stores zero - 1, GPTQModel's ``gptq_v2`` the zero itself;
+``g_idx`` [in] is each input column's group (a permutation of the blocks under act-order). AWQ
+GEMM ``qweight`` is int32 [in, out / 8] packed along the output dimension with the interleaved
+order [0, 2, 4, 6, 1, 3, 5, 7]; ``qzeros`` [groups, out / 8] likewise; zeros stored as they are.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import gguf
+import numpy as np
+import pytest
+import torch
+
+from localllm_cli.main import main as cli_main
+from localllm_convert import convert
+from localllm_convert.archs.llama import permute_rotary_rows
+from localllm_convert.filetypes import QT
+from test_convert import checkpoint
+
+LINEARS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+           "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
+GGUF_NAMES = dict(zip(LINEARS, ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate",
+                                "ffn_up", "ffn_down")))
+TINY = dict(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=512, rms_norm_eps=1e-5,
+            rope_theta=10000.0, tie_word_embeddings=True)
+AWQ_ORDER = [0, 2, 4, 6, 1, 3, 5, 7]
+
+
+@dataclass(frozen=True)
+class Layout:
+    method: str = "gptq"
+    bits: int = 4
+    group_size: int = 128
+    sym: bool = True
+    desc_act: bool = False
+    v2: bool = False              # GPTQModel's gptq_v2 zeros (else AutoGPTQ's v1: zero - 1)
+    pow2_scales: bool = False     # scales that are powers of two: -scale*zero is an fp16 value
+
+    def config(self) -> dict:
+        if self.method == "awq":
+            return {"quant_method": "awq", "bits": self.bits, "group_size": self.group_size,
+                    "zero_point": True, "version": "gemm"}
+        return {"quant_method": "gptq", "bits": self.bits, "group_size": self.group_size,
+                "sym": self.sym, "desc_act": self.desc_act,
+                "checkpoint_format": "gptq_v2" if self.v2 else "gptq"}
+
+
+# ---- quantizing and packing, as the quantizers' documentation describes ----------------------
+
+def group_of_columns(n_in: int, layout: Layout, rng: np.random.Generator) -> np.ndarray:
+    """g_idx: column i's group. Act-order quantizes columns in a permuted order, so a group is
+    the set of columns at positions [g*gs, (g+1)*gs) of that order."""
+    gs = n_in if layout.group_size == -1 else layout.group_size
+    if not layout.desc_act:
+        return np.arange(n_in) // gs
+    order = rng.permutation(n_in)
+    g_idx = np.empty(n_in, dtype=np.int64)
+    g_idx[order] = np.arange(n_in) // gs
+    return g_idx
+
+
+def quantize_rtn(w: np.ndarray, g_idx: np.ndarray, layout: Layout):
+    """Round-to-nearest per (group, output row): codes [out, in], zeros and fp16 scales
+    [groups, out]."""
+    qmax = (1 << layout.bits) - 1
+    n_groups = int(g_idx.max()) + 1
+    scales = np.zeros((n_groups, w.shape[0]), np.float32)
+    zeros = np.zeros((n_groups, w.shape[0]), np.int64)
+    for g in range(n_groups):
+        cols = w[:, g_idx == g]
+        if layout.sym:
+            s, z = np.abs(cols).max(axis=1) / (qmax // 2), np.full(w.shape[0], (qmax + 1) // 2)
+        else:
+            lo, hi = np.minimum(cols.min(axis=1), 0), np.maximum(cols.max(axis=1), 0)
+            s = (hi - lo) / qmax
+            z = None
+        s = np.maximum(s, 1e-4)
+        if layout.pow2_scales:
+            s = 2.0 ** np.round(np.log2(s))
+        s = s.astype(np.float16).astype(np.float32)
+        if z is None:
+            z = np.clip(np.round(-lo / s), 0, qmax).astype(np.int64)
+        scales[g], zeros[g] = s, z
+    codes = np.clip(np.round(w / scales[g_idx].T) + zeros[g_idx].T, 0, qmax).astype(np.int64)
+    return codes, zeros, scales
+
+
+def dequantize_reference(codes, zeros, scales, g_idx) -> np.ndarray:
+    return (scales[g_idx].T * (codes - zeros[g_idx].T)).astype(np.float32)
+
+
+def pack_rows(values: np.ndarray, bits: int) -> np.ndarray:
+    """[n, m] -> int32 [n / per_word, m]: rows packed k*bits into words (GPTQ qweight)."""
+    per = 32 // bits
+    words = np.zeros((values.shape[0] // per, values.shape[1]), np.uint64)
+    for k in range(per):
+        words |= values[k::per].astype(np.uint64) << np.uint64(k * bits)
+    return words.astype(np.uint32).view(np.int32)
+
+
+def pack_columns(values: np.ndarray, bits: int, order=None) -> np.ndarray:
+    """[n, m] -> int32 [n, m / per_word]: columns packed into words; value k of word c is
+    column c*per + order[k] (GPTQ: order k; AWQ: its interleaved order)."""
+    per = 32 // bits
+    order = order or list(range(per))
+    words = np.zeros((values.shape[0], values.shape[1] // per), np.uint64)
+    for k in range(per):
+        words |= values[:, order[k]::per].astype(np.uint64) << np.uint64(k * bits)
+    return words.astype(np.uint32).view(np.int32)
+
+
+def packed_layer(w: np.ndarray, layout: Layout, rng: np.random.Generator):
+    """(checkpoint tensors by suffix, the dequantized weight [out, in])."""
+    g_idx = group_of_columns(w.shape[1], layout, rng)
+    codes, zeros, scales = quantize_rtn(w, g_idx, layout)
+    mask = (1 << layout.bits) - 1
+    if layout.method == "awq":
+        tensors = {"qweight": pack_columns(codes.T, 4, AWQ_ORDER),
+                   "qzeros": pack_columns(zeros, 4, AWQ_ORDER)}
+    else:
+        stored_zeros = zeros if layout.v2 else (zeros - 1) & mask
+        tensors = {"qweight": pack_rows(codes.T, layout.bits),
+                   "qzeros": pack_columns(stored_zeros, layout.bits),
+                   "g_idx": g_idx.astype(np.int32)}
+    tensors["scales"] = scales.astype(np.float16)
+    return tensors, dequantize_reference(codes, zeros, scales, g_idx)
+
+
+# ---- checkpoints ----------------------------------------------------------------------------
+
+@dataclass
+class QuantizedCheckpoint:
+    path: Path
+    model: torch.nn.Module               # transformers, fp32, with the dequantized weights
+    dequantized: dict[str, np.ndarray]   # HF linear name (".weight") -> dequantized weight
+
+
+def make_checkpoint(out: Path, layout: Layout, arch: str = "llama",
+                    seed: int = 0) -> QuantizedCheckpoint:
+    """A tiny random model, its linear layers quantized into ``layout``, saved with its tokenizer."""
+    from safetensors.numpy import save_file
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    tok_dir = checkpoint("smollm2" if arch == "llama" else "qwen2")
+    vocab = json.loads((tok_dir / "config.json").read_text())["vocab_size"]
+    cfg_cls, model_cls = (LlamaConfig, LlamaForCausalLM) if arch == "llama" else (Qwen2Config, Qwen2ForCausalLM)
+    model = model_cls(cfg_cls(vocab_size=vocab, initializer_range=0.08, **TINY)).float().eval()
+    tensors, dequantized = {}, {}
+    for name, value in model.state_dict().items():
+        prefix = name[:-len(".weight")]
+        if name.endswith(".weight") and prefix.split("layers.")[-1].split(".", 1)[-1] in LINEARS:
+            parts, w = packed_layer(value.numpy(), layout, rng)
+            tensors.update({f"{prefix}.{k}": v for k, v in parts.items()})
+            dequantized[name] = w
+        elif name != "lm_head.weight":
+            tensors[name] = value.numpy().astype(np.float16)
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(out / "model.safetensors"))
+    config = model.config.to_dict() | {"quantization_config": layout.config(),
+                                       "architectures": [model_cls.__name__]}
+    (out / "config.json").write_text(json.dumps(config))
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(tok_dir / f, out / f)
+    state = {k: torch.from_numpy(v) for k, v in dequantized.items()}
+    state |= {k: torch.from_numpy(tensors[k].astype(np.float32)) for k in tensors if k.endswith("norm.weight")
+              or k.endswith("embed_tokens.weight") or k.endswith(".bias")}
+    model.load_state_dict(state, strict=False)
+    return QuantizedCheckpoint(out, model, dequantized)
+
+
+def gguf_tensors(path: Path) -> dict[str, tuple[QT, np.ndarray]]:
+    """Every tensor of a GGUF file, dequantized by gguf-py: name -> (type, float32 [rows, cols])."""
+    reader = gguf.GGUFReader(path)
+    out = {}
+    for t in reader.tensors:
+        shape = tuple(int(d) for d in reversed(t.shape.tolist()))
+        data = gguf.quants.dequantize(np.asarray(t.data), t.tensor_type)
+        out[t.name] = (QT(t.tensor_type), np.asarray(data, np.float32).reshape(shape))
+    return out
+
+
+def gguf_name(hf_name: str) -> str:
+    layer, rest = hf_name.split("layers.")[1].split(".", 1)
+    return f"blk.{layer}.{GGUF_NAMES[rest[:-len('.weight')]]}.weight"
+
+
+def hf_rows(name: str, w: np.ndarray, arch: str) -> np.ndarray:
+    """An HF weight in the GGUF's row order (llama permutes Q/K rows per head)."""
+    if arch != "llama":
+        return w
+    if "q_proj" in name:
+        return permute_rotary_rows(w, TINY["num_attention_heads"])
+    if "k_proj" in name:
+        return permute_rotary_rows(w, TINY["num_key_value_heads"])
+    return w
+
+
+# ---- every layout: the chosen type, exactness, logits ---------------------------------------
+
+# (layout, architecture, type of every quantized layer, exact)
+CASES = {
+    "gptq4-sym-g128-v1": (Layout(), "llama", QT.Q4_0, True),
+    "gptq4-sym-g32-v2": (Layout(group_size=32, v2=True), "llama", QT.Q4_0, True),
+    "gptq4-sym-percolumn": (Layout(group_size=-1), "llama", QT.Q4_0, True),
+    "gptq4-asym-g64-v1": (Layout(group_size=64, sym=False), "llama", QT.Q5_0, True),
+    "gptq4-asym-g128-v2": (Layout(sym=False, v2=True), "qwen2", QT.Q5_0, True),
+    "gptq4-asym-pow2-scales": (Layout(sym=False, pow2_scales=True), "llama", QT.Q4_1, True),
+    "gptq4-sym-g64-actorder": (Layout(group_size=64, desc_act=True), "llama", QT.Q5_K, False),
+    "gptq8-sym-g128": (Layout(bits=8), "llama", QT.Q8_0, True),
+    "gptq8-sym-g32-v2-actorder": (Layout(bits=8, group_size=32, desc_act=True, v2=True), "qwen2",
+                                  QT.Q8_0, False),
+    "gptq8-asym-g64": (Layout(bits=8, group_size=64, sym=False), "llama", QT.Q8_0, False),
+    "awq4-g128": (Layout(method="awq", sym=False), "llama", QT.Q5_0, True),
+    "awq4-g64-qwen2": (Layout(method="awq", group_size=64, sym=False), "qwen2", QT.Q5_0, True),
+}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """built(case) -> (QuantizedCheckpoint, ConvertResult, GGUF path), once per case."""
+    root, done = tmp_path_factory.mktemp("gptq"), {}
+
+    def get(case: str):
+        if case not in done:
+            layout, arch, _, _ = CASES[case]
+            ckpt = make_checkpoint(root / case, layout, arch)
+            out = root / f"{case}.gguf"
+            done[case] = (ckpt, convert(ckpt.path, out, progress=False), out)
+        return done[case]
+    return get
