@@ -24,7 +24,6 @@ order [0, 2, 4, 6, 1, 3, 5, 7]; ``qzeros`` [groups, out / 8] likewise; zeros sto
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -309,3 +308,133 @@ def test_logits_match_transformers_on_dequantized_weights(case, built):
     err = rel_err(got, ref)
     print(f"{case}: relative logits error {err:.4f}")
     assert err <= LOGITS_ERR["exact" if exact else qtype], f"{case}: relative logits error {err:.4f}"
+
+
+# ---- presets, the CLI, the legacy quantize_config.json ----------------------------------------
+
+def test_type_option_requantizes_from_the_dequantized_weights(built, tmp_path):
+    ckpt, _, _ = built("gptq4-sym-g128-v1")
+    out = tmp_path / "q8.gguf"
+    result = convert(ckpt.path, out, type="q8_0", progress=False)
+    assert result.file_type == "q8_0" and result.exact_count == (0, len(ckpt.dequantized))
+    tensors = gguf_tensors(out)
+    for hf_name, w in ckpt.dequantized.items():
+        qtype, got = tensors[gguf_name(hf_name)]
+        assert qtype == QT.Q8_0
+        assert rel_err(got, hf_rows(hf_name, w, "llama")) <= REQUANTIZED_WEIGHT_ERR[QT.Q8_0]
+
+
+def test_cli_dry_run_reports_exact_layers(built, capsys):
+    ckpt, _, _ = built("gptq4-sym-g128-v1")
+    assert cli_main(["convert", str(ckpt.path), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "blk.0.attn_q.weight" in out and "Q4_0" in out and "(exact)" in out
+    assert "GPTQ 4-bit, group 128, sym, no act-order, v1 zeros: 14 of 14 quantized layers " \
+           "stored exactly" in out
+
+
+def copy_checkpoint(src: Path, dst: Path, config_patch=None, tensor_patch=None) -> Path:
+    """A copy of ``src`` with config.json and/or the tensors changed."""
+    from safetensors.numpy import load_file, save_file
+    shutil.copytree(src, dst)
+    if config_patch is not None:
+        config = json.loads((dst / "config.json").read_text())
+        config_patch(config)
+        (dst / "config.json").write_text(json.dumps(config))
+    if tensor_patch is not None:
+        tensors = load_file(str(src / "model.safetensors"))
+        tensor_patch(tensors)
+        save_file(tensors, str(dst / "model.safetensors"))
+    return dst
+
+
+def test_autogptq_quantize_config_json_is_read(built, tmp_path):
+    ckpt, _, _ = built("gptq4-sym-g128-v1")
+
+    def move(config):
+        qc = config.pop("quantization_config")
+        qc.pop("quant_method")
+        (tmp_path / "ckpt" / "quantize_config.json").write_text(json.dumps(qc))
+    path = copy_checkpoint(ckpt.path, tmp_path / "ckpt", config_patch=move)
+    result = convert(path, None, dry_run=True)
+    assert result.exact_count == (14, 14) and result.type_counts["Q4_0"] == 14
+
+
+# ---- malformed or unsupported: one clear error each ------------------------------------------
+
+Q = "model.layers.0.self_attn.q_proj"
+
+
+def _qc(**changes):
+    def patch(config):
+        config["quantization_config"].update(changes)
+    return patch
+
+
+def _drop(name):
+    def patch(tensors):
+        del tensors[name]
+    return patch
+
+
+def _reshape(name, fn):
+    def patch(tensors):
+        tensors[name] = np.ascontiguousarray(fn(tensors[name]))
+    return patch
+
+
+BAD = {
+    "bits-3": ("gptq4-sym-g128-v1", _qc(bits=3), None,
+               "quantization_config.bits = 3: is not supported (supported: 4, 8)"),
+    "exl2": ("gptq4-sym-g128-v1", _qc(quant_method="exl2"), None,
+             "quantization_config.quant_method = 'exl2': is not supported (supported: gptq, awq)"),
+    "marlin-format": ("gptq4-sym-g128-v1", _qc(checkpoint_format="marlin"), None,
+                      "quantization_config.checkpoint_format = 'marlin': is not supported"),
+    "is-marlin": ("gptq4-sym-g128-v1", _qc(is_marlin_format=True), None,
+                  "quantization_config.is_marlin_format = True: Marlin-repacked"),
+    "group-size-0": ("gptq4-sym-g128-v1", _qc(group_size=0), None,
+                     "quantization_config.group_size = 0: must be a positive number"),
+    "desc-act-string": ("gptq4-sym-g128-v1", _qc(desc_act="yes"), None,
+                        "quantization_config.desc_act = 'yes': must be true or false"),
+    "not-an-object": ("gptq4-sym-g128-v1", lambda c: c.update(quantization_config=[4]), None,
+                      "quantization_config must be a JSON object"),
+    "awq-gemv": ("awq4-g128", _qc(version="gemv"), None,
+                 "quantization_config.version = 'gemv': is not supported (supported: gemm"),
+    "awq-8-bit": ("awq4-g128", _qc(bits=8), None,
+                  "quantization_config.bits = 8: is not supported (supported: 4)"),
+    "awq-no-zero-point": ("awq4-g128", _qc(zero_point=False), None,
+                          "quantization_config.zero_point = False: AWQ without zero points"),
+    "scales-shape": ("gptq4-sym-g128-v1", None, _reshape(f"{Q}.scales", lambda a: a[:, :-8]),
+                     f"shape mismatch: {Q}.scales is [2, 248], expected [2, 256]"),
+    "qzeros-shape": ("gptq4-sym-g128-v1", None, _reshape(f"{Q}.qzeros", lambda a: a[:1]),
+                     f"shape mismatch: {Q}.qzeros is [1, 32], expected [2, 32]"),
+    "g-idx-length": ("gptq4-sym-g128-v1", None, _reshape(f"{Q}.g_idx", lambda a: a[:-1]),
+                     f"shape mismatch: {Q}.g_idx is [255], expected [256]"),
+    "g-idx-range": ("gptq4-sym-g128-v1", None, _reshape(f"{Q}.g_idx", lambda a: a + 1),
+                    f"{Q}.g_idx: group indices must lie in [0, 2)"),
+    "qweight-vs-config": ("gptq4-sym-g128-v1", None,
+                          _reshape(f"{Q}.qweight", lambda a: np.concatenate([a, a], axis=1)),
+                          f"shape mismatch: {Q}.scales is [2, 256], expected [2, 512]"),
+    "missing-scales": ("gptq4-sym-g128-v1", None, _drop(f"{Q}.scales"),
+                       f"quantized layer {Q} lacks {Q}.scales"),
+    "missing-g-idx-act-order": ("gptq4-sym-g64-actorder", None, _drop(f"{Q}.g_idx"),
+                                f"quantized layer {Q} lacks {Q}.g_idx"),
+    "qweight-float": ("gptq4-sym-g128-v1", None,
+                      _reshape(f"{Q}.qweight", lambda a: a.astype(np.float32)),
+                      f"{Q}.qweight has dtype F32; packed GPTQ tensors are I32"),
+    "no-quantization-config": ("gptq4-sym-g128-v1", lambda c: c.pop("quantization_config"), None,
+                               "model.layers.0.mlp.down_proj.qweight is a packed (GPTQ/AWQ) tensor "
+                               "but config.json has no quantization_config"),
+}
+
+
+@pytest.mark.parametrize("bad", BAD)
+def test_bad_quantization_is_a_clear_error(bad, built, tmp_path, capsys):
+    case, config_patch, tensor_patch, message = BAD[bad]
+    ckpt, _, _ = built(case)
+    path = copy_checkpoint(ckpt.path, tmp_path / "ckpt", config_patch, tensor_patch)
+    out = tmp_path / "out.gguf"
+    assert cli_main(["convert", str(path), "-o", str(out), "-q"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and message in err, err
+    assert not out.exists()

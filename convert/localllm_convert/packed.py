@@ -183,7 +183,7 @@ def packed_tensors(tensors: dict[str, TensorRef], fmt: PackedFormat | None) -> d
         if name.endswith(".qweight"):
             layers[name[:-len(".qweight")]] = {}
     if layers and fmt is None:
-        first = next(iter(layers))
+        first = min(layers)
         raise QuantizationConfigError(f"{first}.qweight is a packed (GPTQ/AWQ) tensor but "
                                       "config.json has no quantization_config")
     out: dict = {}
