@@ -438,3 +438,19 @@ def test_bad_quantization_is_a_clear_error(bad, built, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "Traceback" not in err and message in err, err
     assert not out.exists()
+
+
+def _add_bias(value):
+    def patch(tensors):
+        tensors[f"{Q}.bias"] = np.full(TINY["hidden_size"], value, np.float16)
+    return patch
+
+
+def test_zero_bias_of_a_quantized_layer_is_dropped(built, tmp_path, capsys):
+    # GPTQ-for-LLaMa and early AutoGPTQ saved an all-zero bias for every quantized layer
+    ckpt, _, _ = built("gptq4-sym-g128-v1")
+    path = copy_checkpoint(ckpt.path, tmp_path / "zero", tensor_patch=_add_bias(0.0))
+    assert convert(path, None, dry_run=True).exact_count == (14, 14)
+    path = copy_checkpoint(ckpt.path, tmp_path / "nonzero", tensor_patch=_add_bias(0.5))
+    assert cli_main(["convert", str(path), "--dry-run"]) == 1
+    assert f"unexpected tensor '{Q}.bias'" in capsys.readouterr().err

@@ -50,8 +50,10 @@ class Unpacked:
         """The real-valued weight, float32 [out, in]. Exact: scale has 11 (fp16) or 8 (bf16)
         significant bits and |q - z| < 256, so every product fits float32's 24 bits (F32 scales
         are as exact as the checkpoint's own float32 arithmetic)."""
-        diff = self.codes.astype(np.float32) - self.zeros[self.g_idx].T.astype(np.float32)
-        return self.scales[self.g_idx].T * diff
+        w = self.codes.astype(np.float32)          # in place from here: one [out, in] temporary
+        w -= self.zeros[self.g_idx].T
+        w *= self.scales[self.g_idx].T
+        return w
 
 
 def _unpack_words(words: np.ndarray, bits: int, axis: int) -> np.ndarray:

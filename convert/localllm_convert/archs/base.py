@@ -280,7 +280,12 @@ class ArchConverter:
         """Every output tensor, checked against config.json (names, shapes, completeness)."""
         planned: list[PlannedTensor] = []
         for hf_name, ref in self.ckpt.tensors.items():
-            name = self.map_name(hf_name)
+            try:
+                name = self.map_name(hf_name)
+            except CheckpointError:
+                if self._zero_bias_of_packed_layer(hf_name):
+                    continue
+                raise
             if name is None:
                 continue
             want = self.expected(name)
@@ -291,6 +296,14 @@ class ArchConverter:
         self.check_complete({p.name for p in planned})
         planned += self.extra_tensors()
         return self.finish_plan(planned)
+
+    def _zero_bias_of_packed_layer(self, hf_name: str) -> bool:
+        """An all-zero bias of a GPTQ layer the architecture has no bias for: GPTQ-for-LLaMa
+        and early AutoGPTQ saved one for every quantized layer; it changes nothing."""
+        from ..packed import PackedWeightRef
+        weight = self.ckpt.tensors.get(hf_name[:-len("bias")] + "weight")
+        return hf_name.endswith(".bias") and isinstance(weight, PackedWeightRef) and \
+            not np.any(self.ckpt.tensors[hf_name].read())
 
     def required_names(self) -> list[str]:
         names = ["token_embd.weight", "output_norm.weight"]
