@@ -454,3 +454,15 @@ def test_zero_bias_of_a_quantized_layer_is_dropped(built, tmp_path, capsys):
     path = copy_checkpoint(ckpt.path, tmp_path / "nonzero", tensor_patch=_add_bias(0.5))
     assert cli_main(["convert", str(path), "--dry-run"]) == 1
     assert f"unexpected tensor '{Q}.bias'" in capsys.readouterr().err
+
+
+def test_scales_that_are_not_fp16_values_are_requantized(built, tmp_path):
+    # Q4_0's d is fp16: a float32 scale that fp16 cannot hold cannot be stored exactly
+    ckpt, _, _ = built("gptq4-sym-g128-v1")
+
+    def widen(tensors):
+        for name in [n for n in tensors if n.endswith(".scales")]:
+            tensors[name] = tensors[name].astype(np.float32) * np.float32(1 + 2 ** -14)
+    path = copy_checkpoint(ckpt.path, tmp_path / "f32", tensor_patch=widen)
+    result = convert(path, None, dry_run=True)
+    assert result.exact_count == (0, 14) and result.type_counts["Q6_K"] == 14
