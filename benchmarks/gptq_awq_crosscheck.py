@@ -1,8 +1,9 @@
 """Cross-check the converter's GPTQ/AWQ unpacking against AutoGPTQ's and AutoAWQ's own code.
 
-AutoGPTQ (0.7.1) and AutoAWQ (0.2.9) need CUDA builds and old transformers versions to import
-as packages, so they are not test dependencies. Their packing and dequantizing modules are plain
-torch, though; this script installs nothing itself and loads just those modules:
+AutoGPTQ (0.7.1) and AutoAWQ (0.2.9) do not import as packages here (AutoGPTQ's __init__ fails
+against transformers 5, AutoAWQ's needs `datasets` and its CUDA kernels), so they are not test
+dependencies. Their packing and dequantizing modules are plain torch, though; this script
+installs nothing itself and loads just those modules:
 
     pip download --no-deps auto-gptq==0.7.1 autoawq==0.2.9 -d /tmp/pkgs
     pip install --no-deps --target /tmp/xpkgs /tmp/pkgs/*
