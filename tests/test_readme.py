@@ -46,11 +46,17 @@ def shell_env(tmp_path_factory) -> dict:
     return env
 
 
-def user_files(where: Path) -> None:
-    """The files the README's commands name as the user's own."""
+GPTQ_DIR = "Qwen2.5-0.5B-Instruct-GPTQ-Int4"
+
+
+def user_files(where: Path, text: str) -> None:
+    """The files the README's commands (text) name as the user's own."""
     shutil.copy(CORPUS, where / "wiki.test.raw")
     from tiny_checkpoints import build
     build("llama", None, where / "SmolLM2-135M-Instruct")     # the converter's input, random weights
+    if GPTQ_DIR in text:   # a GPTQ checkpoint: random qwen2 weights packed as AutoGPTQ does
+        from test_convert_gptq_awq import Layout, make_checkpoint
+        make_checkpoint(where / GPTQ_DIR, Layout(), arch="qwen2")
 
 
 def run_line(cmd: str, cwd: Path, env: dict, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -87,7 +93,7 @@ def test_block(block, tmp_path, shell_env):
         return
     cwd = REPO if block.section == "Development" else tmp_path
     if cwd == tmp_path:
-        user_files(tmp_path)
+        user_files(tmp_path, block.text)
     for cmd in block.commands():
         proc = run_line(cmd, cwd, shell_env)
         assert proc.stdout.strip() or proc.stderr.strip(), f"{cmd} printed nothing"
