@@ -1,7 +1,7 @@
 #version 450
 // linear_matvec_q8.comp — y[T, N] = x[T, K] . W[N, K]^T for few tokens with integer dot products
 // (VK_KHR_shader_integer_dot_product): x comes quantized to q8_1 by quantize_q8_1.comp, each
-// 32-element weight block is unpacked to packed int8 (blocks_i8.glsl) once for all tokens, and
+// 32 weights are unpacked to packed int8 (blocks_i8.glsl) once for all tokens, and
 // OpSDot multiplies four int8 pairs per instruction. As in linear_matvec.comp: one subgroup per
 // workgroup of NUM_ROWS rows, consecutive invocations on consecutive blocks, subgroupAdd.
 #extension GL_EXT_spirv_intrinsics : require
@@ -53,15 +53,20 @@ void main() {
         for (uint r = 0u; r < NUM_ROWS; ++r) {
             if (row0 + r < pc.N) {
                 uint q[8];
-                float dw, mw;
+                vec2 dw;
+                float mw;
                 decode_block_i8((row0 + r) * pc.row_bytes, b, q, dw, mw);
                 for (uint t = 0u; t < MAX_COLS; ++t)
                     if (t < pc.T) {
-                        const int s = (sdot4(q[0], xa[t].x, 0) + sdot4(q[1], xa[t].y, 0)) +
-                                      (sdot4(q[2], xa[t].z, 0) + sdot4(q[3], xa[t].w, 0)) +
-                                      (sdot4(q[4], xb[t].x, 0) + sdot4(q[5], xb[t].y, 0)) +
-                                      (sdot4(q[6], xb[t].z, 0) + sdot4(q[7], xb[t].w, 0));
-                        acc[r][t] += dw * ds[t].x * float(s) + mw * ds[t].y;
+                        const int lo = (sdot4(q[0], xa[t].x, 0) + sdot4(q[1], xa[t].y, 0)) +
+                                       (sdot4(q[2], xa[t].z, 0) + sdot4(q[3], xa[t].w, 0));
+                        const int hi = (sdot4(q[4], xb[t].x, 0) + sdot4(q[5], xb[t].y, 0)) +
+                                       (sdot4(q[6], xb[t].z, 0) + sdot4(q[7], xb[t].w, 0));
+#ifdef I8_SCALE_PER_16
+                        acc[r][t] += (dw.x * float(lo) + dw.y * float(hi)) * ds[t].x + mw * ds[t].y;
+#else
+                        acc[r][t] += dw.x * float(lo + hi) * ds[t].x + mw * ds[t].y;
+#endif
                     }
             }
         }
