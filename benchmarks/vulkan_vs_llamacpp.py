@@ -4,7 +4,8 @@ same pp/tg, in one run: by default Mesa's lavapipe (the CPU implementation CI ha
 with --device-name. llama.cpp is `llama-bench` built by llamacpp_vulkan_build.py from the llama.cpp
 source the other benchmarks use; localllm runs `--device vulkan -ngl all` (localllm.bench's method,
 llama-bench's: random tokens, a warm-up, pp = one batch from an empty cache, tg = single-token
-steps). Each engine runs in processes of its own, alternating, `-r` repetitions each; the ratio is
+steps), with its float matrix-vector kernels and, where the device has integer dot products, again
+with LOCALLLM_VULKAN_INT8=1 (the "int8" row). Each engine runs in processes of its own, alternating, `-r` repetitions each; the ratio is
 localllm's t/s over llama.cpp's. For context both engines' CPU backends are measured too (--no-cpu
 skips them).
 
@@ -116,6 +117,9 @@ def mean_sd(xs: list[float]) -> str:
 
 def compare(args, binary: Path, path: str, device: dict) -> dict:
     rows: dict = {"localllm vulkan": {"pp": [], "tg": []}, "llama.cpp vulkan": {"pp": [], "tg": []}}
+    int8 = device["features"]["VK_KHR_shader_integer_dot_product"]
+    if int8:   # the integer-dot matrix-vector kernels, asked for where the driver does not call them fast
+        rows["localllm vulkan int8"] = {"pp": [], "tg": []}
     if args.cpu:
         rows.update({"localllm cpu": {"pp": [], "tg": []}, "llama.cpp cpu": {"pp": [], "tg": []}})
     env = {"LOCALLLM_VULKAN_ALLOW_CPU": "1"}
@@ -123,6 +127,9 @@ def compare(args, binary: Path, path: str, device: dict) -> dict:
         runs = [("localllm vulkan", lambda: run_localllm(path, "vulkan", args, args.n_prompt, args.n_gen, 1, env)),
                 ("llama.cpp vulkan", lambda: run_llama_bench(binary, path, device["index"], args,
                                                              args.n_prompt, args.n_gen, 1))]
+        if int8:
+            runs.append(("localllm vulkan int8", lambda: run_localllm(path, "vulkan", args, args.n_prompt, args.n_gen,
+                                                                      1, {**env, "LOCALLLM_VULKAN_INT8": "1"})))
         if args.cpu:
             runs += [("localllm cpu", lambda: run_localllm(path, "cpu", args, args.n_prompt, args.n_gen, 1)),
                      ("llama.cpp cpu", lambda: run_llama_bench(binary, path, None, args, args.n_prompt,
@@ -154,10 +161,13 @@ def print_table(rows: dict, args, device: dict) -> None:
     print("|---|---|---:|---:|---:|")
     for name, r in rows.items():
         print(f"| {name} | {r['device']} | {r['threads']} | {mean_sd(r['pp'])} | {mean_sd(r['tg'])} |")
-    lv, cv = rows["localllm vulkan"], rows["llama.cpp vulkan"]
-    for k, label in (("pp", pp), ("tg", tg)):
-        ratio = statistics.fmean(lv[k]) / statistics.fmean(cv[k])
-        print(f"{label}: localllm Vulkan / llama.cpp Vulkan on {device['name']} = {ratio:.3f}")
+    cv = rows["llama.cpp vulkan"]
+    for name in ("localllm vulkan", "localllm vulkan int8"):
+        if name not in rows:
+            continue
+        for k, label in (("pp", pp), ("tg", tg)):
+            ratio = statistics.fmean(rows[name][k]) / statistics.fmean(cv[k])
+            print(f"{label}: {name} / llama.cpp Vulkan on {device['name']} = {ratio:.3f}")
 
 
 # ---- --profile: Vulkan calls per decoded token ----

@@ -98,9 +98,9 @@ def cpu_llm(smollm2):
     return LLM(smollm2, n_ctx=128, device="cpu")
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess:
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     proc = subprocess.run([sys.executable, "-m", "localllm_cli", "run", *args], capture_output=True, text=True,
-                          timeout=600, env=os.environ.copy())
+                          timeout=600, env={**os.environ, **(env or {})})
     assert proc.returncode == 0, proc.stderr
     return proc
 
@@ -118,12 +118,15 @@ def teacher_forced(cpu: LLM, vk: LLM, text: str) -> tuple[float, list[float]]:
     return float((top_c == top_v).mean()), margins
 
 
-def test_greedy_run_with_every_layer_on_vulkan(smollm2):
-    """`localllm run --device vulkan -ngl all` against the CPU's greedy output; where they part,
-    the token they part at must be a near tie on the CPU (a float difference, not a wrong layer)."""
+@pytest.mark.parametrize("int8", ["0", "1"])
+def test_greedy_run_with_every_layer_on_vulkan(smollm2, int8):
+    """`localllm run --device vulkan -ngl all` against the CPU's greedy output, with the float
+    matrix-vector kernels and with the integer-dot ones (LOCALLLM_VULKAN_INT8=1: SmolLM2's Q4_1
+    and Q8_0 matrices); where they part, the token they part at must be a near tie on the CPU (a
+    float difference, not a wrong layer)."""
     args = ("-m", smollm2, "-p", PROMPT, "-n", "8", "--temp", "0", "-c", "128")
     cpu = run_cli(*args, "--device", "cpu").stdout
-    vk = run_cli(*args, "-ngl", "all", "--device", "vulkan").stdout
+    vk = run_cli(*args, "-ngl", "all", "--device", "vulkan", env={"LOCALLLM_VULKAN_INT8": int8}).stdout
     assert vk.startswith(" Paris"), vk
     if vk != cpu:
         llm = LLM(smollm2, n_ctx=128, device="cpu")

@@ -17,7 +17,6 @@ layout(local_size_x_id = 0) in;
 // 8 on CPU implementations, where each workgroup has a fixed cost worth spreading over more rows).
 layout(constant_id = 1) const uint NUM_ROWS = 2u;
 #define MAX_COLS 4u
-#define MAX_SUBGROUPS 16u          // largest workgroup (64) / smallest subgroup (4)
 
 layout(binding = 0) readonly buffer W { uint wdata[]; };
 layout(binding = 1) readonly buffer X { float x[]; };
@@ -32,7 +31,7 @@ layout(push_constant) uniform Push {
 
 #include "blocks.glsl"
 
-shared float partial[NUM_ROWS * MAX_COLS][MAX_SUBGROUPS];
+#include "matvec_sums.glsl"
 
 // Elements [k0, k0 + 16) of token t's activations; zeros past K.
 void load_x16(uint t, uint k0, out vec4 xv[4]) {
@@ -73,27 +72,5 @@ void main() {
         }
     }
 
-    if (gl_NumSubgroups == 1u) {   // uniform
-        for (uint r = 0u; r < NUM_ROWS; ++r)
-            for (uint t = 0u; t < MAX_COLS; ++t) {
-                const float s = subgroupAdd(acc[r][t]);
-                if (subgroupElect() && row0 + r < pc.N && t < pc.T) y[t * pc.ldy + pc.y0 + row0 + r] = s;
-            }
-        return;
-    }
-    for (uint r = 0u; r < NUM_ROWS; ++r)
-        for (uint t = 0u; t < MAX_COLS; ++t) {
-            const float s = subgroupAdd(acc[r][t]);
-            if (subgroupElect()) partial[r * MAX_COLS + t][gl_SubgroupID] = s;
-        }
-    barrier();
-    const uint o = gl_LocalInvocationID.x;
-    if (o < NUM_ROWS * MAX_COLS) {
-        const uint r = o / MAX_COLS, t = o % MAX_COLS;
-        if (row0 + r < pc.N && t < pc.T) {
-            float s = 0.0;
-            for (uint i = 0u; i < gl_NumSubgroups; ++i) s += partial[o][i];
-            y[t * pc.ldy + pc.y0 + row0 + r] = s;
-        }
-    }
+    store_row_sums(row0, acc);
 }

@@ -42,6 +42,7 @@ py::dict device_dict(const lll::vk::DeviceInfo& d, bool is_default) {
     features["storageBuffer16BitAccess"] = d.storage_16bit;
     features["subgroup_arithmetic"] = d.subgroup_arithmetic;
     features["VK_KHR_shader_integer_dot_product"] = d.integer_dot_product;
+    features["integerDotProduct4x8BitPackedSignedAccelerated"] = d.integer_dot_accelerated;
     features["VK_KHR_cooperative_matrix"] = d.cooperative_matrix;
     out["features"] = features;
     out["max_storage_buffer_range"] = d.max_storage_buffer_range;

@@ -84,6 +84,16 @@ Context::Context(int device_index) : instance_(Instance::get()), info_(instance_
     VkDeviceCreateInfo di{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
     di.queueCreateInfoCount = 1;
     di.pQueueCreateInfos = &qi;
+    // The integer-dot kernels (linear_matvec_q8) need the feature enabled on the device.
+    VkPhysicalDeviceShaderIntegerDotProductFeatures idot{
+        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES};
+    const char* idot_ext = VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME;
+    if (info_.integer_dot_product) {
+        idot.shaderIntegerDotProduct = VK_TRUE;
+        di.pNext = &idot;
+        di.enabledExtensionCount = 1;
+        di.ppEnabledExtensionNames = &idot_ext;
+    }
     check(ifn.vkCreateDevice(info_.handle, &di, nullptr, &device_), ("vkCreateDevice on " + info_.name).c_str());
     context_opened();
     try {
@@ -122,6 +132,8 @@ Context::Context(int device_index) : instance_(Instance::get()), info_(instance_
 Context::~Context() {
     if (!device_) return;
     fns_.vkDeviceWaitIdle(device_);
+    scratch_.release();   // buffers the context owns go before their device
+    retired_.clear();
     for (auto& kv : pipelines_) {
         fns_.vkDestroyPipeline(device_, kv.second.pipeline, nullptr);
         fns_.vkDestroyPipelineLayout(device_, kv.second.layout, nullptr);
@@ -196,6 +208,14 @@ void Context::upload(Buffer& dst, const void* src, uint64_t bytes) {
     begin();
     copy(staging, dst, bytes);
     submit_and_wait();
+}
+
+const Buffer& Context::scratch(uint64_t bytes) {
+    if (scratch_.handle() && scratch_.size() >= bytes) return scratch_;
+    Buffer bigger = create_buffer("scratch", bytes, MemoryKind::DeviceLocal);
+    if (scratch_.handle()) retired_.push_back(std::move(scratch_));
+    scratch_ = std::move(bigger);
+    return scratch_;
 }
 
 void Context::download(const Buffer& src, void* dst, uint64_t bytes) {
@@ -370,6 +390,7 @@ void Context::submit_and_wait() {
         }
     }
     fns_.vkResetDescriptorPool(device_, desc_pool_, 0);
+    retired_.clear();   // the submission has finished (or failed): nothing reads them now
     if (r == VK_ERROR_DEVICE_LOST) broken_ = "device lost";
     check(r, ("Vulkan submission on " + info_.name).c_str());
 }

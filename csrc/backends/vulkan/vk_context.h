@@ -82,6 +82,11 @@ public:
 
     // `name` says what the buffer holds, for the error when it cannot be made.
     Buffer create_buffer(const std::string& name, uint64_t bytes, MemoryKind kind);
+    // A device buffer of at least `bytes` that the context owns, for results that live from one
+    // dispatch to the next (the q8_1 activations of the integer-dot kernels): the same buffer
+    // while it is big enough; a larger one replaces it, the old kept until the work recorded on
+    // it has finished.
+    const Buffer& scratch(uint64_t bytes);
     // Synchronous copies through a staging buffer.
     void upload(Buffer& dst, const void* src, uint64_t bytes);
     void download(const Buffer& src, void* dst, uint64_t bytes);
@@ -133,6 +138,8 @@ private:
     bool recording_ = false;
     std::string broken_;   // why the context can no longer be used ("" while it can)
     std::map<std::string, Pipeline> pipelines_;
+    Buffer scratch_;
+    std::vector<Buffer> retired_;   // replaced scratch buffers the open recording may still read
 };
 
 }  // namespace lll::vk

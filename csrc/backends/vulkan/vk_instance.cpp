@@ -109,16 +109,29 @@ void read_features(const InstanceFns& f, VkPhysicalDevice pd, const std::vector<
 
     VkPhysicalDevice16BitStorageFeatures s16{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES};
     VkPhysicalDeviceVulkan12Features f12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+    VkPhysicalDeviceShaderIntegerDotProductFeatures idot{
+        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES};
     VkPhysicalDeviceFeatures2 feats{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
     feats.pNext = &s16;
     if (v12) s16.pNext = &f12;
+    // Through the extension even on 1.3 devices: the instance asks for API 1.2 (Instance::create),
+    // so 1.3's core features are not ours to use.
+    const bool idot_defined = has_extension(exts, VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME);
+    if (idot_defined) idot.pNext = feats.pNext, feats.pNext = &idot;
     f.vkGetPhysicalDeviceFeatures2(pd, &feats);
     d->storage_16bit = s16.storageBuffer16BitAccess;
     d->fp16 = v12 && f12.shaderFloat16;
     d->int8 = v12 && f12.shaderInt8;
     d->storage_8bit = v12 && f12.storageBuffer8BitAccess;
-    d->integer_dot_product = d->api_version >= VK_API_VERSION_1_3 ||
-                             has_extension(exts, VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME);
+    d->integer_dot_product = idot_defined && idot.shaderIntegerDotProduct;
+    if (d->integer_dot_product) {
+        VkPhysicalDeviceShaderIntegerDotProductProperties ip{
+            VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_PROPERTIES};
+        VkPhysicalDeviceProperties2 p2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
+        p2.pNext = &ip;
+        f.vkGetPhysicalDeviceProperties2(pd, &p2);
+        d->integer_dot_accelerated = ip.integerDotProduct4x8BitPackedSignedAccelerated;
+    }
     d->cooperative_matrix = has_extension(exts, "VK_KHR_cooperative_matrix");
 }
 

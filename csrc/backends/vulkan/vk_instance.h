@@ -26,6 +26,10 @@ struct DeviceInfo {
     bool subgroup_arithmetic = false;   // subgroupAdd in compute shaders: our kernels' reductions
     bool fp16 = false, int8 = false, storage_8bit = false, storage_16bit = false;
     bool integer_dot_product = false, cooperative_matrix = false;
+    // integer_dot_product: VK_KHR_shader_integer_dot_product with shaderIntegerDotProduct;
+    // accelerated: the driver's word that packed int8 dot products run faster than the equivalent
+    // plain integer code (false on lavapipe).
+    bool integer_dot_accelerated = false;
     uint64_t max_storage_buffer_range = 0, max_allocation_bytes = 0;
     uint64_t min_storage_offset_alignment = 256;   // a bound buffer's offset must be a multiple
     uint32_t max_workgroup_count[3] = {0, 0, 0};

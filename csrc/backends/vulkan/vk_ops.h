@@ -2,6 +2,7 @@
 // dispatch into the context's open command buffer (Context::begin ... submit_and_wait), so a
 // caller strings several together in one submission.
 #pragma once
+#include "backends/vulkan/footprint_vulkan.h"
 #include "backends/vulkan/vk_context.h"
 
 namespace lll::vk {
@@ -23,8 +24,10 @@ void op_rope(Context& c, Buffer& x, const Buffer& cs, uint32_t T, uint32_t n_hea
 void op_dequantize(Context& c, uint32_t type, const Buffer& w, Buffer& out, uint32_t rows, uint32_t K);
 // out[t, K] = dequantized row ids[t] of the table (ids: int32, checked by the caller).
 void op_embed(Context& c, uint32_t type, const Buffer& table, const Buffer& ids, Buffer& out, uint32_t T, uint32_t K);
-// y[T, N] = x[T, K] . W[N, K]^T, W raw blocks of `type` dequantized in the shader.
-enum class LinearKernel { Auto, MatVec, Tiled };
+// y[T, N] = x[T, K] . W[N, K]^T, W raw blocks of `type` dequantized in the shader. MatVecInt8:
+// the matrix-vector kernel on x quantized to q8_1, with integer dot products (the 32-element
+// formats, on a device with shaderIntegerDotProduct); Auto takes it where use_int8_dot says.
+enum class LinearKernel { Auto, MatVec, MatVecInt8, Tiled };
 // Where y's [T, N] lies: row t at y[t * ldy + col0 ...]; ldy 0 means N (a plain [T, N]). A matrix
 // held as row windows writes each window's outputs straight into its columns of the full y.
 struct OutColumns {
@@ -32,13 +35,19 @@ struct OutColumns {
 };
 void op_linear(Context& c, uint32_t type, const Buffer& w, const Buffer& x, Buffer& y, uint32_t T, uint32_t N,
                uint32_t K, LinearKernel kernel = LinearKernel::Auto, OutColumns cols = {});
-constexpr uint32_t kMatVecMaxTokens = 4;   // MAX_COLS in linear_matvec.comp
-// The matrix-vector kernel on up to 4 tokens of x and y bound from byte offsets (multiples of the
+constexpr uint32_t kMatVecMaxTokens = kVulkanMatVecTokens;   // MAX_COLS in linear_matvec*.comp
+// The matrix-vector kernel (integer-dot where use_int8_dot) on up to 4 tokens of x and y bound from byte offsets (multiples of the
 // device's alignment: Context::bindable_offset): a batch taken a few rows at a time.
 void op_linear_rows(Context& c, uint32_t type, const Buffer& w, BufferRange x, BufferRange y, uint32_t T, uint32_t N,
                     uint32_t K, OutColumns cols = {});
-// The kernel Auto picks for T tokens.
+// The kernel Auto picks for T tokens (MatVec or Tiled; MatVec becomes MatVecInt8 where
+// use_int8_dot holds).
 LinearKernel linear_kernel_for(uint32_t T);
+// Whether the matrix-vector kernel on `type` uses integer dot products here: the type has the
+// kernel, the device the feature, and either the driver says packed int8 dot products are
+// accelerated or LOCALLLM_VULKAN_INT8=1 asks for them (CPU implementations, tests);
+// LOCALLLM_VULKAN_INT8=0 turns them off.
+bool use_int8_dot(const Context& c, uint32_t type);
 
 // One layer's paged F16 cache on the device (model/kv_cache.h, slot-major rows): K from byte 0 of
 // `cache`, V from byte v_offset; and the batch's addressing, int32 buffers on the device.

@@ -1,6 +1,9 @@
 // vk_ops_typed.cpp — launches of the kernels compiled once per weight block type: dequantize,
 // embed and linear (see vk_ops.h).
 #ifdef LOCALLLM_HAVE_VULKAN
+#include <stdlib.h>
+#include <string.h>
+
 #include <algorithm>
 #include <stdexcept>
 
@@ -34,6 +37,16 @@ const char* type_suffix(uint32_t type) {
         case GGMLType::IQ4_NL: return "iq4_nl";
         case GGMLType::IQ4_XS: return "iq4_xs";
         default: return nullptr;
+    }
+}
+
+// Whether linear_matvec_q8 was compiled for the type (vulkan/CMakeLists.txt's LOCALLLM_VK_INT8_TYPES).
+bool int8_kernel_exists(uint32_t type) {
+    switch (static_cast<GGMLType>(type)) {
+        case GGMLType::Q4_0: case GGMLType::Q4_1: case GGMLType::Q5_0: case GGMLType::Q5_1:
+        case GGMLType::Q8_0: case GGMLType::IQ4_NL: case GGMLType::Q4_K: case GGMLType::Q5_K:
+        case GGMLType::Q6_K: return true;
+        default: return false;
     }
 }
 
@@ -80,9 +93,64 @@ void dequant_rows(Context& c, uint32_t type, const Buffer& w, const Buffer& ids,
     c.dispatch(p, {&w, &ids, &out}, &push, gx, gy);
 }
 
+// x[T, K] (from byte offset x.offset) to q8_1 in the context's scratch: T * K / 32 blocks of 8
+// packed words, then their (d, s) pairs from index *d_base (quantize_q8_1.comp).
+const Buffer& quantize_q8_1(Context& c, BufferRange x, uint32_t T, uint32_t K, uint32_t* d_base) {
+    const uint64_t blocks = (uint64_t)T * (K / 32);
+    const Buffer& q = c.scratch(blocks * 32 + blocks * 8);
+    struct {
+        uint32_t T, K, d_base;
+    } push{T, K, (uint32_t)(blocks * 32 / 8)};
+    const Pipeline& p = c.pipeline("quantize_q8_1", 2, sizeof(push), {kDequantGroup});
+    uint32_t gx, gy;
+    spread(c, (blocks + kDequantGroup - 1) / kDequantGroup, &gx, &gy);
+    c.dispatch(p, {x, BufferRange{&q, 0}}, &push, gx, gy);
+    *d_base = push.d_base;
+    return q;
+}
+
+void matvec(Context& c, uint32_t type, const Buffer& w, BufferRange x, BufferRange y, uint32_t T, uint32_t N,
+            uint32_t K, OutColumns cols, bool int8) {
+    if (T > kMatVecCols)
+        throw std::invalid_argument("Vulkan linear: the matrix-vector kernel takes at most " +
+                                    std::to_string(kMatVecCols) + " tokens, got " + std::to_string(T));
+    struct {
+        uint32_t N, K, T, row_bytes, ldy, y0, d_base;
+    } push{N, K, T, row_bytes(type, K), cols.ldy ? cols.ldy : N, cols.col0, 0};
+    const uint32_t rows_per_group = matvec_rows(c);
+    const std::vector<uint32_t> spec{matvec_group(c), rows_per_group};
+    uint32_t gx, gy;
+    spread(c, (N + rows_per_group - 1) / rows_per_group, &gx, &gy);
+    if (!int8) {
+        // linear_matvec.comp's push constants are the first six fields (no d_base).
+        const Pipeline& p = c.pipeline(kernel_name("linear_matvec", type), 3, sizeof(push) - 4, spec);
+        c.dispatch(p, {BufferRange{&w, 0}, x, y}, &push, gx, gy);
+        return;
+    }
+    if (!int8_kernel_exists(type))
+        throw std::invalid_argument(std::string("Vulkan linear: no integer-dot kernel for ") + ggml_type_name(type));
+    if (!c.info().integer_dot_product)
+        throw std::invalid_argument("Vulkan linear: " + c.info().name + " has no shaderIntegerDotProduct");
+    const Buffer& q = quantize_q8_1(c, x, T, K, &push.d_base);
+    const Pipeline& p = c.pipeline(kernel_name("linear_matvec_q8", type), 3, sizeof(push), spec);
+    c.dispatch(p, {BufferRange{&w, 0}, BufferRange{&q, 0}, y}, &push, gx, gy);
+}
+
 }  // namespace
 
 bool vulkan_supports_type(uint32_t type) { return type_suffix(type) != nullptr; }
+
+bool use_int8_dot(const Context& c, uint32_t type) {
+    static const char* env = getenv("LOCALLLM_VULKAN_INT8");
+    if (env && strcmp(env, "0") == 0) return false;
+    const bool asked = env && strcmp(env, "1") == 0;
+    return int8_kernel_exists(type) && c.info().integer_dot_product && (asked || c.info().integer_dot_accelerated);
+}
+
+void op_linear_rows(Context& c, uint32_t type, const Buffer& w, BufferRange x, BufferRange y, uint32_t T, uint32_t N,
+                    uint32_t K, OutColumns cols) {
+    matvec(c, type, w, x, y, T, N, K, cols, use_int8_dot(c, type));
+}
 
 void op_dequantize(Context& c, uint32_t type, const Buffer& w, Buffer& out, uint32_t rows, uint32_t K) {
     dequant_rows(c, type, w, w, false, out, rows, K);
@@ -92,31 +160,18 @@ void op_embed(Context& c, uint32_t type, const Buffer& table, const Buffer& ids,
     dequant_rows(c, type, table, ids, true, out, T, K);
 }
 
-void op_linear_rows(Context& c, uint32_t type, const Buffer& w, BufferRange x, BufferRange y, uint32_t T, uint32_t N,
-                    uint32_t K, OutColumns cols) {
-    if (T > kMatVecCols)
-        throw std::invalid_argument("Vulkan linear: the matrix-vector kernel takes at most " +
-                                    std::to_string(kMatVecCols) + " tokens, got " + std::to_string(T));
-    struct {
-        uint32_t N, K, T, row_bytes, ldy, y0;
-    } push{N, K, T, row_bytes(type, K), cols.ldy ? cols.ldy : N, cols.col0};
-    const uint32_t rows_per_group = matvec_rows(c);
-    const Pipeline& p =
-        c.pipeline(kernel_name("linear_matvec", type), 3, sizeof(push), {matvec_group(c), rows_per_group});
-    uint32_t gx, gy;
-    spread(c, (N + rows_per_group - 1) / rows_per_group, &gx, &gy);
-    c.dispatch(p, {BufferRange{&w, 0}, x, y}, &push, gx, gy);
-}
-
 LinearKernel linear_kernel_for(uint32_t T) { return T <= kMatVecCols ? LinearKernel::MatVec : LinearKernel::Tiled; }
 
 void op_linear(Context& c, uint32_t type, const Buffer& w, const Buffer& x, Buffer& y, uint32_t T, uint32_t N,
                uint32_t K, LinearKernel kernel, OutColumns cols) {
-    if (kernel == LinearKernel::Auto) kernel = linear_kernel_for(T);
+    if (kernel == LinearKernel::Auto) {
+        kernel = linear_kernel_for(T);
+        if (kernel == LinearKernel::MatVec && use_int8_dot(c, type)) kernel = LinearKernel::MatVecInt8;
+    }
     const uint32_t rb = row_bytes(type, K);
     uint32_t gx, gy;
-    if (kernel == LinearKernel::MatVec) {
-        op_linear_rows(c, type, w, BufferRange{&x, 0}, BufferRange{&y, 0}, T, N, K, cols);
+    if (kernel == LinearKernel::MatVec || kernel == LinearKernel::MatVecInt8) {
+        matvec(c, type, w, BufferRange{&x, 0}, BufferRange{&y, 0}, T, N, K, cols, kernel == LinearKernel::MatVecInt8);
         return;
     }
     struct {

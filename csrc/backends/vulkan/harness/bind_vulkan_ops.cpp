@@ -155,8 +155,9 @@ py::array_t<float> linear_py(const U8Array& w, int type, int64_t N, int64_t K, c
     if (x.ndim() != 2 || x.shape(1) != K) throw std::invalid_argument("vulkan_linear: x must be [T, K]");
     lll::vk::LinearKernel which = lll::vk::LinearKernel::Auto;
     if (kernel == "matvec") which = lll::vk::LinearKernel::MatVec;
+    else if (kernel == "matvec_int8") which = lll::vk::LinearKernel::MatVecInt8;
     else if (kernel == "tiled") which = lll::vk::LinearKernel::Tiled;
-    else if (kernel != "auto") throw std::invalid_argument("vulkan_linear: kernel must be auto, matvec or tiled");
+    else if (kernel != "auto") throw std::invalid_argument("vulkan_linear: kernel must be auto, matvec, matvec_int8 or tiled");
     const uint32_t T = checked_u32(x.shape(0), "T");
     std::unique_lock<std::mutex> lock;
     Context& c = context_for(device, lock);
@@ -259,7 +260,7 @@ void register_vulkan_ops(py::module_& m) {
     m.def("vulkan_linear", &linear_py, py::arg("w"), py::arg("type"), py::arg("N"), py::arg("K"), py::arg("x"),
           py::arg("kernel") = "auto", py::arg("device") = -1,
           "y[T, N] = x[T, K] . W[N, K]^T with W raw ggml blocks dequantized in the shader; kernel: auto, matvec "
-          "(T <= 4) or tiled.");
+          "(T <= 4), matvec_int8 (T <= 4: x quantized to q8_1, integer dot products) or tiled.");
     m.def("vulkan_rms_norm", &rms_norm_py, py::arg("x"), py::arg("w"), py::arg("eps"), py::arg("device") = -1,
           "Per row of x[rows, n]: x / sqrt(mean(x^2) + eps) * w (w None: no weight).");
     m.def("vulkan_rope", &rope_py, py::arg("x"), py::arg("positions"), py::arg("rope_dims"), py::arg("base"),

@@ -1,0 +1,76 @@
+#version 450
+// linear_matvec_q8.comp — y[T, N] = x[T, K] . W[N, K]^T for few tokens with integer dot products
+// (VK_KHR_shader_integer_dot_product): x comes quantized to q8_1 by quantize_q8_1.comp, each
+// 32 weights are unpacked to packed int8 (blocks_i8.glsl) once for all tokens, and
+// OpSDot multiplies four int8 pairs per instruction. As in linear_matvec.comp: one subgroup per
+// workgroup of NUM_ROWS rows, consecutive invocations on consecutive blocks, subgroupAdd.
+#extension GL_EXT_spirv_intrinsics : require
+#include "common.glsl"
+
+layout(local_size_x_id = 0) in;
+layout(constant_id = 1) const uint NUM_ROWS = 2u;
+#define MAX_COLS 4u
+
+layout(binding = 0) readonly buffer W { uint wdata[]; };
+layout(binding = 1) readonly buffer XQ { uvec4 xq[]; };   // quantize_q8_1.comp's words, 2 per block
+layout(binding = 1) readonly buffer XD { vec2 xd[]; };    // its (d, s), from d_base
+layout(binding = 2) writeonly buffer Y { float y[]; };
+
+layout(push_constant) uniform Push {
+    uint N, K, T;   // T <= MAX_COLS, K a multiple of 32
+    uint row_bytes;
+    uint ldy, y0;
+    uint d_base;
+} pc;
+
+// OpSDot (SPV_KHR_integer_dot_product) on two words of 4 packed int8: the sum of the 4 products.
+spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4450)
+int sdot4(uint a, uint b, spirv_literal int packed_4x8bit);
+
+#include "blocks.glsl"
+#include "blocks_i8.glsl"
+
+#include "matvec_sums.glsl"
+
+void main() {
+    const uint row0 = flat_group_id() * NUM_ROWS;
+    if (row0 >= pc.N) return;   // whole workgroup: uniform
+    const uint blocks = pc.K / 32u;
+    float acc[NUM_ROWS][MAX_COLS];
+    for (uint r = 0u; r < NUM_ROWS; ++r)
+        for (uint t = 0u; t < MAX_COLS; ++t) acc[r][t] = 0.0;
+
+    for (uint b = gl_LocalInvocationID.x; b < blocks; b += gl_WorkGroupSize.x) {
+        uvec4 xa[MAX_COLS], xb[MAX_COLS];
+        vec2 ds[MAX_COLS];
+        for (uint t = 0u; t < MAX_COLS; ++t)
+            if (t < pc.T) {
+                const uint blk = t * blocks + b;
+                xa[t] = xq[2u * blk];
+                xb[t] = xq[2u * blk + 1u];
+                ds[t] = xd[pc.d_base + blk];
+            }
+        for (uint r = 0u; r < NUM_ROWS; ++r) {
+            if (row0 + r < pc.N) {
+                uint q[8];
+                vec2 dw;
+                float mw;
+                decode_block_i8((row0 + r) * pc.row_bytes, b, q, dw, mw);
+                for (uint t = 0u; t < MAX_COLS; ++t)
+                    if (t < pc.T) {
+                        const int lo = (sdot4(q[0], xa[t].x, 0) + sdot4(q[1], xa[t].y, 0)) +
+                                       (sdot4(q[2], xa[t].z, 0) + sdot4(q[3], xa[t].w, 0));
+                        const int hi = (sdot4(q[4], xb[t].x, 0) + sdot4(q[5], xb[t].y, 0)) +
+                                       (sdot4(q[6], xb[t].z, 0) + sdot4(q[7], xb[t].w, 0));
+#ifdef I8_SCALE_PER_16
+                        acc[r][t] += (dw.x * float(lo) + dw.y * float(hi)) * ds[t].x + mw * ds[t].y;
+#else
+                        acc[r][t] += dw.x * float(lo + hi) * ds[t].x + mw * ds[t].y;
+#endif
+                    }
+            }
+        }
+    }
+
+    store_row_sums(row0, acc);
+}
