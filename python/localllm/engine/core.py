@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence as Seq
 import numpy as np
 
 from .constraints import Constraints, StepMasks
-from .embedding_jobs import EmbeddingBatch, EmbeddingJob, EmbeddingQueue, FairShare, padded_tables
+from .embedding_jobs import EmbeddingBatch, EmbeddingJob, EmbeddingQueue, padded_tables
 from .kv_blocks import NULL_BLOCK, BlockPool, BlockTable
 from ..sampling import SamplingParams, StopMatcher, make_sampler
 from .scheduler import Schedule, Scheduler, Sequence
@@ -143,7 +143,7 @@ class _Request:
     matcher: Any = None                   # llguidance matcher of a constrained request (params.constraint)
 
 
-# Embedding tokens a step that runs generation carries until FairShare has measured both costs.
+# Embedding tokens a step that runs generation carries: a few rows more in each decode step.
 EMBED_SHARE = 8
 
 
@@ -192,10 +192,9 @@ class Engine:
         self._stopping = False
         self.proposer = proposer
         self.constraints = Constraints(tokenizer, self.n_vocab, overlap=overlap_masks)
-        # Embedding jobs ride in the steps (embedding_jobs.py): while generation runs they add to
-        # a step what FairShare grants (docs/embeddings.md has the measured trade).
-        self.embed_share = FairShare(EMBED_SHARE, self.scheduler.max_batch_tokens)
-        self.embeddings = EmbeddingQueue(self.pool, share=self.embed_share, chunked=not model.bidirectional)
+        # Embedding jobs ride in the steps (embedding_jobs.py): while generation runs they add
+        # at most EMBED_SHARE tokens to a step (docs/embeddings.md has the measured trade).
+        self.embeddings = EmbeddingQueue(self.pool, share=EMBED_SHARE, chunked=not model.bidirectional)
 
     # ---- requests ----
     def check_request(self, prompt_ids: Seq[int], max_tokens: int) -> None:
@@ -503,12 +502,9 @@ class Engine:
             schedule = self.scheduler.schedule()
             self.stats.preemptions += len(schedule.preempted)
             extra = self.embeddings.take(self.scheduler.max_batch_tokens - schedule.n_tokens, bool(schedule.chunks))
-            n_embed = extra.n_tokens if extra is not None else 0
-            started = time.perf_counter()
             if not schedule.chunks:
                 if extra is not None:
                     self._embedding_step(extra)
-                    self.embed_share.observe(time.perf_counter() - started, False, n_embed)
                 return extra is not None
             tokens, positions, seq_of_token, tables, rows = self._batch_arrays(schedule)
             pending = self._start_masks(schedule, len(rows))     # computed while the forward runs
@@ -517,7 +513,6 @@ class Engine:
                                             self._logits_out(len(rows)))             # [n_rows, n_vocab]
             else:
                 logits = self._mixed_step(extra, tokens, positions, seq_of_token, tables, rows)
-            self.embed_share.observe(time.perf_counter() - started, True, n_embed)
             masks = pending.wait() if pending is not None else None                  # [n_rows, words]
             self.scheduler.commit(schedule)
             self._count(schedule, len(tokens))

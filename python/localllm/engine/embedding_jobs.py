@@ -2,9 +2,9 @@
 score) that ride in the same forward as the generation a step runs.
 
 `EmbeddingQueue.take` fills what a step leaves of its token budget, oldest job first. While
-generation runs, embeddings take the tokens `FairShare` grants a step (about as long to run as
-the step's generation), so a decode step grows by some rows instead of waiting behind a whole
-batch of embeddings; without generation they take the whole budget. A causal model's sequence may be split across steps (chunked like a prompt: its KV
+generation runs, embeddings take at most `share` tokens of a step, so a decode step grows by a
+few rows instead of waiting behind a whole batch of embeddings; without generation they take the
+whole budget. A causal model's sequence may be split across steps (chunked like a prompt: its KV
 blocks stay between its chunks, each chunk attends to the earlier ones); a bidirectional model's
 goes whole into one forward (a sequence longer than the budget then runs alone). `EmbeddingBatch`
 builds the rows the forward appends and pools the hidden states it returns into each job: the mean
@@ -21,7 +21,7 @@ import numpy as np
 
 from .kv_blocks import NULL_BLOCK, BlockPool, BlockTable
 
-__all__ = ["EmbeddingJob", "EmbeddingBatch", "EmbeddingQueue", "FairShare", "padded_tables"]
+__all__ = ["EmbeddingJob", "EmbeddingBatch", "EmbeddingQueue", "padded_tables"]
 
 
 @dataclass
@@ -67,7 +67,6 @@ class EmbeddingBatch:
 
     def __init__(self, chunks: list[_Chunk]):
         self.chunks = chunks
-        self.n_tokens = sum(c.n for c in chunks)
 
     def arrays(self, first_seq: int, first_row: int):
         """(tokens, positions, seq_of_token, table rows, token types or None, hidden rows) of the
@@ -112,53 +111,10 @@ class EmbeddingBatch:
             c.job.done.set()
 
 
-class FairShare:
-    """How many embedding tokens a step that runs generation carries: as many as take about as
-    long as the step's generation alone, so that while both have work each gets about half of
-    the time (on a compute-bound machine extra rows are not free: a fixed 8 rows per decode
-    step left generation a third of its speed). Both costs are running averages of measured
-    steps: generation steps without embeddings, and embedding tokens (steps of embeddings
-    alone, or what a mixed step took beyond its generation). Every `_REFRESH`-th generation step
-    carries no embeddings, to keep measuring the generation alone (its cost moves with the
-    number of sequences and prompt chunks)."""
-
-    _ALPHA = 0.2                              # weight of the newest measurement
-    _REFRESH = 16
-
-    def __init__(self, initial: int, limit: int):
-        self.initial, self.limit = initial, limit
-        self.generation_s: Optional[float] = None     # a generation step without embeddings
-        self.token_s: Optional[float] = None          # one embedding token
-        self._since_alone = 0                         # generation steps since one ran alone
-
-    def _mix(self, old: Optional[float], new: float) -> float:
-        return new if old is None else old + self._ALPHA * (new - old)
-
-    def tokens(self) -> int:
-        """Embedding tokens the next generation step may carry (0: it runs alone)."""
-        if self._since_alone >= self._REFRESH:
-            return 0
-        if self.generation_s is None or not self.token_s:
-            return self.initial
-        return max(1, min(self.limit, int(self.generation_s / self.token_s)))
-
-    def observe(self, seconds: float, generation: bool, embedding_tokens: int) -> None:
-        """A step's forward took `seconds`; it ran generation or not, and this many embedding tokens."""
-        if generation:
-            self._since_alone = 0 if not embedding_tokens else self._since_alone + 1
-        if not embedding_tokens:
-            if generation:
-                self.generation_s = self._mix(self.generation_s, seconds)
-        elif not generation:
-            self.token_s = self._mix(self.token_s, seconds / embedding_tokens)
-        elif self.generation_s is not None:
-            self.token_s = self._mix(self.token_s, max(seconds - self.generation_s, 0.0) / embedding_tokens)
-
-
 class EmbeddingQueue:
     """Jobs waiting for steps. submit from any thread; take and the batches under the step lock."""
 
-    def __init__(self, pool: BlockPool, share: FairShare, chunked: bool):
+    def __init__(self, pool: BlockPool, share: int, chunked: bool):
         self._pool = pool
         self.share = share
         self.chunked = chunked                # a causal model: sequences may span steps
@@ -177,7 +133,7 @@ class EmbeddingQueue:
 
     def take(self, budget: int, generating: bool) -> Optional[EmbeddingBatch]:
         """This step's chunks (None when nothing waits or nothing fits the pool now)."""
-        cap = min(budget, self.share.tokens()) if generating else budget
+        cap = min(budget, self.share) if generating else budget
         chunks: list[_Chunk] = []
         used = 0
         with self._lock:
