@@ -18,7 +18,7 @@ import localllm
 # Module functions and the methods of objects a caller can build, with their arity. Benchmarks'
 # own loops (read_bandwidth, threadpool_dispatch_ns) take sizes too: they are held to the same rule.
 FUNCTIONS = {
-    "attention_exp": 1, "attention_test": 14, "can_quantize": 1, "dequantize": 3, "geglu": 3,
+    "attention_exp": 1, "attention_test": 14, "can_quantize": 1, "dequantize": 3, "geglu": 3, "gelu_erf": 2,
     "isa_available": 1, "isa_name": 1, "matmul": 7, "matmul_llamacpp": 7, "matmul_repacked": 8,
     "quantize": 2, "quantize_act": 3, "read_bandwidth": 3, "repack_weight": 5, "rms_norm": 4,
     "swiglu": 3, "threadpool_dispatch_ns": 3, "type_info": 1, "vec_dot": 5, "vec_dot_isa": 2,

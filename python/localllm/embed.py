@@ -126,8 +126,9 @@ class Embedder:
                            np.empty((len(seqs), self.n_embd), np.float32), None if types is None else list(types))
         if not seqs:
             return job.out
-        engine.submit_embedding(job)
         loop = engine.loop_running               # else this thread steps the engine itself
+        if not (loop and engine.run_embedding_here(job)):
+            engine.submit_embedding(job)
         seen, deadline = -1, time.monotonic() + _BLOCK_WAIT_S
         while not job.done.is_set():
             if not (not loop and engine.step()):

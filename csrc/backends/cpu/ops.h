@@ -47,6 +47,7 @@ void layer_norm_rows(ThreadPool& pool, const float* x, const float* w, const flo
                      int64_t n, float eps);
 // x[i] = 0.5 x (1 + erf(x / sqrt 2)): the GELU BERT models were trained with (not the tanh form).
 void gelu_erf(ThreadPool& pool, float* x, int64_t n);
+void gelu_erf_reference(float* x, int64_t n);   // the scalar loop gelu_erf's SIMD path matches bit for bit
 
 // y[i] += x[i]
 void add_inplace(float* y, const float* x, int64_t n);

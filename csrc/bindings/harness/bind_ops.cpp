@@ -3,6 +3,7 @@
 // test_kernels.py, test_llamacpp_numerics.py).
 #include "bindings/harness/harness.h"
 
+#include <algorithm>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -118,6 +119,19 @@ void register_ops_harness(py::module_& m) {
               return glu_py(lll::geglu, lll::geglu_reference, "geglu", g, u, reference);
           }, py::arg("gate"), py::arg("up"), py::arg("reference") = false,
           "gelu(gate) * up as the model computes it (F16 GELU table), or through the scalar reference.");
+    m.def("gelu_erf", [](const F32Array& x, bool reference) {
+              py::array_t<float> y(x.size());
+              float* o = y.mutable_data();
+              std::copy(x.data(), x.data() + x.size(), o);
+              if (reference) lll::gelu_erf_reference(o, x.size());
+              else {
+                  SharedPool& sp = shared_pool(2);
+                  std::lock_guard<std::mutex> lock(sp.busy);
+                  lll::gelu_erf(sp.pool, o, x.size());
+              }
+              return y;
+          }, py::arg("x"), py::arg("reference") = false,
+          "x * Phi(x) (erf GELU of the encoders' FFN) as the model computes it, or through the scalar loop.");
     m.def("attention_test", &attention_test_py, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("positions"),
           py::arg("seq_of_token"), py::arg("block_tables"), py::arg("n_blocks"), py::arg("block_size"),
           py::arg("query_rows"), py::arg("scale"), py::arg("window") = 0, py::arg("kernel") = -1,

@@ -358,6 +358,31 @@ class Engine:
         with self._inbox_cond:
             self._inbox_cond.notify()
 
+    def run_embedding_here(self, job: EmbeddingJob) -> bool:
+        """Queue the job and, while the engine has nothing else to do, run its steps on this
+        thread; False (nothing queued) when the engine is busy. A short request then skips two
+        thread hand-offs (to the loop thread and back), each a wait for a core on a busy
+        machine; generation that arrives meanwhile takes the rest of the job to the loop."""
+        if not self.lock.acquire(blocking=False):
+            return False
+        try:
+            self._drain_inbox()
+            if self.scheduler.has_work or self.embeddings.pending or self._pending_aborts:
+                return False
+            self.embeddings.submit(job)
+            while not job.done.is_set() and not (self._inbox or self.scheduler.has_work):
+                try:
+                    if not self.step():
+                        break
+                except Exception:      # the step failed its jobs (this one included): keep serving
+                    log.exception("engine step failed")
+        finally:
+            self.lock.release()
+        if not job.done.is_set():      # the loop thread runs what is left
+            with self._inbox_cond:
+                self._inbox_cond.notify()
+        return True
+
     def has_unfinished(self) -> bool:
         with self.lock:
             self._drain_inbox()
