@@ -1,0 +1,165 @@
+"""The low-bit i-quants IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS and IQ3_S.
+
+References, independent of the C++ under test:
+  * dequantization: gguf-py's dequantize (its own numpy code and grid tables), exact equality on
+    random blocks and on real model weights quantized to each type;
+  * dot products: float64 numpy on the dequantized operands; every SIMD level equal to the scalar
+    reference bit for bit (both sum each super-block's integers exactly);
+  * quantization: ggml's own quantize_iq2_xxs ... quantize_iq3_s (ggml_quantize_chunk) from the
+    libggml-base built from the vendored llama.cpp (benchmarks/llamaserver_build.py), byte for
+    byte, with random and real rows and random importance weights (skipped where it is not built).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gguf import GGML_QUANT_SIZES, GGUFReader
+from gguf import GGMLQuantizationType as T
+from gguf.quants import dequantize
+
+from conftest import model_file
+from localllm import _core, _harness
+
+TYPES = [T.IQ2_XXS, T.IQ2_XS, T.IQ2_S, T.IQ3_XXS, T.IQ3_S]
+ISAS = [i for i in range(3) if _core.isa_available(i)]
+# llama-quant.cpp's tensor_requires_imatrix: llama-quantize refuses these without an imatrix.
+NEEDS_IMATRIX = {T.IQ2_XXS, T.IQ2_XS, T.IQ2_S, T.IQ3_XXS}
+# ggml's quantizers of these two assert on a missing imatrix (no unweighted path).
+NO_UNWEIGHTED = {T.IQ2_XXS, T.IQ2_XS}
+
+
+def random_blocks(t: T, n_blocks: int, rng: np.random.Generator) -> np.ndarray:
+    """Random blocks (every bit pattern is a valid block) with a sane f16 super-scale first."""
+    raw = rng.integers(0, 256, size=(n_blocks, GGML_QUANT_SIZES[t][1]), dtype=np.uint8)
+    d = (rng.uniform(0.001, 0.01, n_blocks) * rng.choice([-1, 1], n_blocks)).astype(np.float16)
+    raw[:, 0:2] = d.view(np.uint8).reshape(-1, 2)
+    return raw
+
+
+def real_rows(n_rows: int) -> np.ndarray:
+    """Real weights: the first rows of SmolLM2-135M's blk.0.ffn_down (1536 = 6 x 256 per row)."""
+    reader = GGUFReader(model_file("smollm2-135m-q4_1"))
+    tensor = next(t for t in reader.tensors if t.name == "blk.0.ffn_down.weight")
+    return np.ascontiguousarray(dequantize(tensor.data, tensor.tensor_type)[:n_rows], np.float32)
+
+
+def test_registry_entries():
+    for t in TYPES:
+        info = _core.type_info(int(t))
+        assert (info["block_elems"], info["block_bytes"]) == GGML_QUANT_SIZES[t]
+        assert info["vec_dot_type"] == T.Q8_K and info["importance_aware"]
+        assert info["needs_importance"] == (t in NEEDS_IMATRIX), t.name
+        assert info["can_quantize"] == (t not in NO_UNWEIGHTED), t.name
+        assert "scalar" in info["kernels"] and ("avx2" in info["kernels"]) == _core.isa_available(1)
+
+
+@pytest.mark.parametrize("t", TYPES, ids=lambda t: t.name)
+def test_dequantize_random_blocks_equal_gguf(t):
+    raw = random_blocks(t, 64, np.random.default_rng(int(t)))
+    ours = np.asarray(_core.dequantize(raw, int(t), 64 * 256))
+    ref = dequantize(raw, t).reshape(-1).astype(np.float32)
+    assert np.array_equal(ours.view(np.uint32), ref.view(np.uint32))
+
+
+@pytest.mark.parametrize("t", TYPES, ids=lambda t: t.name)
+def test_dequantize_real_weights_equal_gguf(t):
+    x = real_rows(8)
+    imp = np.random.default_rng(1).uniform(0.1, 2.0, x.shape[1]).astype(np.float32)
+    raw = np.asarray(_core.quantize(x, int(t), importance=imp))
+    ours = np.asarray(_core.dequantize(raw, int(t), x.size))
+    ref = dequantize(raw, t).reshape(-1).astype(np.float32)
+    assert np.array_equal(ours.view(np.uint32), ref.view(np.uint32))
+    # and the quantization is a quantization of x: error well below x's own spread
+    rel = np.sqrt(np.mean((ref - x.reshape(-1)) ** 2) / np.mean(x ** 2))
+    assert rel < (0.45 if t in (T.IQ2_XXS, T.IQ2_XS) else 0.35), (t.name, rel)
+
+
+@pytest.mark.parametrize("t", TYPES, ids=lambda t: t.name)
+def test_vec_dot_every_level_equals_scalar_and_float64(t):
+    rng = np.random.default_rng(100 + int(t))
+    n = 4 * 256
+    for _ in range(8):
+        w = random_blocks(t, n // 256, rng).reshape(-1)
+        x = rng.standard_normal(n).astype(np.float32)
+        xq = np.asarray(_harness.quantize_act(x, int(T.Q8_K), 0))
+        got = {isa: _harness.vec_dot(int(t), w, xq, n, isa) for isa in ISAS}
+        for isa in ISAS:
+            assert np.float32(got[isa]).view(np.uint32) == np.float32(got[0]).view(np.uint32), (t.name, isa)
+        wd = dequantize(w, t).reshape(-1).astype(np.float64)
+        xb = xq.reshape(-1, 292)
+        xd = (xb[:, :4].copy().view(np.float32).astype(np.float64) * xb[:, 4:260].view(np.int8)).reshape(-1)
+        exact = float(wd @ xd)
+        bound = float(np.abs(wd * xd).sum()) * 4e-7 * (n // 256)   # f32 scale products and sums
+        assert abs(got[0] - exact) <= bound, (t.name, got[0], exact, bound)
+
+
+def test_needs_importance_is_refused_with_a_clear_error():
+    x = np.random.default_rng(0).standard_normal(512).astype(np.float32)
+    for t in NO_UNWEIGHTED:
+        with pytest.raises(ValueError, match="quantize"):
+            _core.quantize(x, int(t))
+    with pytest.raises(ValueError, match="importance has 3 weights"):
+        _core.quantize(x, int(T.IQ3_S), importance=np.ones(3, np.float32))
+    with pytest.raises(ValueError, match="takes no importance"):
+        _core.quantize(x, int(T.Q4_0), importance=np.ones(512, np.float32))
+
+
+# ---------------------------------------------------------------------------------------------
+# byte-identical with ggml
+# ---------------------------------------------------------------------------------------------
+
+def ggml_base() -> ctypes.CDLL:
+    root = Path(os.environ.get("LOCALLLM_LLAMA_SERVER_DIR", Path.home() / ".cache/localllm/llama-server"))
+    lib_path = root / "build" / "bin" / "libggml-base.so"
+    if not lib_path.exists():
+        pytest.skip(f"ggml is not built from the vendored llama.cpp ({lib_path}): benchmarks/llamaserver_build.py")
+    lib = ctypes.CDLL(str(lib_path))
+    lib.ggml_quantize_init.argtypes = [ctypes.c_int]
+    lib.ggml_quantize_chunk.restype = ctypes.c_size_t
+    lib.ggml_quantize_chunk.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                                        ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
+    return lib
+
+
+def ggml_quantize(lib: ctypes.CDLL, t: T, x: np.ndarray, imp: np.ndarray | None) -> np.ndarray:
+    x = np.ascontiguousarray(x, np.float32)
+    rows, n = x.shape
+    out = np.zeros((rows, n // 256 * GGML_QUANT_SIZES[t][1]), np.uint8)
+    lib.ggml_quantize_init(int(t))
+    lib.ggml_quantize_chunk(int(t), x.ctypes.data, out.ctypes.data, 0, rows, n,
+                            None if imp is None else imp.ctypes.data)
+    return out
+
+
+def hard_rows(rng: np.random.Generator) -> np.ndarray:
+    """Rows that walk the quantizers' edge paths: heavy tails, all-zero groups of 16 / 32 and whole
+    all-zero super-blocks, tiny values, constant runs, exact ties."""
+    x = rng.standard_normal((12, 1024)).astype(np.float32)
+    x[0] *= rng.standard_t(2, 1024).astype(np.float32)
+    x[1, 32:64] = 0
+    x[1, 256 + 16:256 + 32] = 0
+    x[2, 512:768] = 0
+    x[3] = np.round(x[3] * 2) / 2
+    x[4] *= 1e-9
+    x[5, :] = 0.25
+    x[6, ::3] = 0
+    x[7] = -np.abs(x[7])
+    return x
+
+
+@pytest.mark.parametrize("t", TYPES, ids=lambda t: t.name)
+def test_quantize_is_byte_identical_to_ggml(t):
+    lib = ggml_base()
+    rng = np.random.default_rng(7 + int(t))
+    for x in (hard_rows(rng), real_rows(16)):
+        imp = rng.uniform(0.0, 3.0, x.shape[1]).astype(np.float32) ** 2
+        ours = np.asarray(_core.quantize(x, int(t), importance=imp))
+        ref = ggml_quantize(lib, t, x, imp)
+        mismatched = [r for r in range(x.shape[0]) if not np.array_equal(ours[r], ref[r])]
+        assert not mismatched, (t.name, mismatched)
+        if t not in NO_UNWEIGHTED:
+            assert np.array_equal(np.asarray(_core.quantize(x, int(t))), ggml_quantize(lib, t, x, None)), t.name
