@@ -10,7 +10,7 @@ from pathlib import Path
 from .archs import converter_for
 from .checkpoint import Checkpoint
 from .filetypes import QT, QUANTIZATION_VERSION, preset
-from .quant_rules import choose_types
+from .quant_rules import check_importance, choose_types
 from .writer import OutputTensor, write_gguf
 
 __all__ = ["convert", "ConvertResult", "PlanEntry"]
@@ -73,6 +73,7 @@ def convert(hf_dir: str | os.PathLike, out_path: str | os.PathLike | None, type:
     planned = [] if vocab_only else arch.plan()
     choices = choose_types([(p.name, p.shape, QT.F32) for p in planned], chosen_preset,
                            arch.hp.n_layer, arch.hp.n_head // arch.hp.n_head_kv, getattr(arch, "n_expert", 0))
+    check_importance(choices, chosen_preset.name, has_imatrix=False)
     outputs = [OutputTensor(p.name, p.shape, c.qtype, p.load,
                             p.source.nbytes if p.source is not None else 0)
                for p, c in zip(planned, choices)]
