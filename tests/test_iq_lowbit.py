@@ -197,11 +197,11 @@ def write_llama(path: Path, matrices: dict[str, tuple[np.ndarray, T]], small: di
     return path
 
 
-def llama_weights(rng: np.random.Generator) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+def llama_weights(rng: np.random.Generator, n_layer: int = LAYERS) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     hd = D // H
     small = {"output_norm.weight": np.ones(D, np.float32)}
     mats = {"token_embd.weight": rng.standard_normal((V, D)), "output.weight": rng.standard_normal((V, D)) * 0.1}
-    for il in range(LAYERS):
+    for il in range(n_layer):
         p = f"blk.{il}."
         small |= {p + "attn_norm.weight": np.ones(D, np.float32), p + "ffn_norm.weight": np.ones(D, np.float32)}
         mats |= {p + "attn_q.weight": rng.standard_normal((D, D)) * 0.1,

@@ -11,7 +11,7 @@ __all__ = ["register", "run_convert", "print_result", "import_converter"]
 _TYPES_HELP = ("output type: f32, f16 (default), bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k_s, "
                "q4_k_m, q5_k_s, q5_k_m, q6_k, iq4_nl, iq4_xs, iq2_xxs, iq2_xs, iq2_s, iq2_m, "
                "iq3_xxs, iq3_xs, iq3_s, iq3_m; the K-quant and IQ presets mix types per tensor as "
-               "llama.cpp does (the low-bit IQ ones but iq3_s need an importance matrix)")
+               "llama.cpp does (iq2_*, iq3_xxs and iq3_xs need an importance matrix)")
 
 
 def import_converter():

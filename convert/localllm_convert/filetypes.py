@@ -52,7 +52,7 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
     Preset("iq4_nl", 25, QT.IQ4_NL),
     Preset("iq4_xs", 30, QT.IQ4_XS),
     # Low-bit i-quants (llama_ftype_get_default_type: iq2_s's default is IQ2_XS, iq2_m's IQ2_S,
-    # iq3_xs's IQ3_S); all but iq3_s need an importance matrix.
+    # iq3_xs's IQ3_S); iq2_*, iq3_xxs and iq3_xs need an importance matrix.
     Preset("iq2_xxs", 19, QT.IQ2_XXS),
     Preset("iq2_xs", 20, QT.IQ2_XS),
     Preset("iq2_s", 28, QT.IQ2_XS),

@@ -177,4 +177,4 @@ def check_importance(choices: Sequence[TensorChoice], preset_name: str, has_imat
         types = sorted({QT(c.qtype).name for c in needy})
         raise ValueError(f"output type {preset_name} needs an importance matrix: {len(needy)} tensors "
                          f"(e.g. {needy[0].name}) would be {', '.join(types)}, which llama.cpp quantizes "
-                         "only with one; choose iq3_s, or a K-quant / iq4 type")
+                         "only with one; choose iq3_s, iq3_m, or a K-quant / iq4 type")
