@@ -97,6 +97,23 @@ def test_vec_dot_every_level_equals_scalar_and_float64(t):
         assert abs(got[0] - exact) <= bound, (t.name, got[0], exact, bound)
 
 
+@pytest.mark.parametrize("t", TYPES, ids=lambda t: t.name)
+def test_matmul_tiles_equal_the_vec_dot(t):
+    """matmul's multi-row tiles (one weight group decoded for up to 4 activation rows), any batch
+    size and thread split: each Y[m, n] is the 1 x 1 dot product of that pair, bit for bit."""
+    rng = np.random.default_rng(200 + int(t))
+    n, k = 7, 512
+    w = random_blocks(t, n * k // 256, rng).reshape(n, -1)
+    x = rng.standard_normal((9, k)).astype(np.float32)
+    for isa in ISAS:
+        y = np.asarray(_harness.matmul(w, int(t), n, k, x, 2, isa))
+        for m in range(x.shape[0]):
+            xq = np.asarray(_harness.quantize_act(x[m], int(T.Q8_K), isa))
+            ref = np.array([_harness.vec_dot(int(t), w[r], xq, k, isa) for r in range(n)], np.float32)
+            assert np.array_equal(y[m].view(np.uint32), ref.view(np.uint32)), (t.name, isa, m)
+        assert np.array_equal(np.asarray(_harness.matmul(w, int(t), n, k, x[3:4], 1, isa)), y[3:4])
+
+
 def test_needs_importance_is_refused_with_a_clear_error():
     x = np.random.default_rng(0).standard_normal(512).astype(np.float32)
     for t in NO_UNWEIGHTED:
