@@ -60,7 +60,7 @@ def llamacpp_plan(exe: Path, path: Path, name: str) -> dict[str, QT]:
                          timeout=120)
     plan = {}
     for line in (out.stdout + out.stderr).splitlines():
-        m = re.search(r"\]\s+(\S+) - \[.*\], type =\s+(\w+), size = .*?(?:\((\w+)\))?\s*$", line)
+        m = re.search(r"\]\s+(\S+)\s+- \[.*\], type =\s+(\w+), size = .*?(?:\((\w+)\))?\s*$", line)
         if m:
             plan[m.group(1)] = QT[(m.group(3) or m.group(2)).upper()]
     assert plan, out.stdout + out.stderr
