@@ -34,6 +34,8 @@ __all__ = ["main", "make_weight_tile", "tiled_weights"]
 DEFAULT_TYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
                  "F16", "BF16", "F32"]
 KQUANTS = {T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K}
+# The low-bit i-quants: every bit pattern is a valid block; the f16 super-scale comes first.
+IQ_LOWBIT = {T.IQ2_XXS, T.IQ2_XS, T.IQ2_S, T.IQ3_XXS, T.IQ3_S}
 
 
 def row_bytes(t: T, k: int) -> int:
@@ -54,6 +56,10 @@ def make_weight_tile(t: T, rows: int, k: int, rng: np.random.Generator) -> np.nd
             raw[:, 80:84] = d
         else:
             raw[:, size - 2:] = d[:, :2]
+        return raw.reshape(rows, -1)
+    if t in IQ_LOWBIT:
+        raw = rng.integers(0, 256, size=(rows * k // 256, GGML_QUANT_SIZES[t][1]), dtype=np.uint8)
+        raw[:, 0:2] = rng.uniform(0.002, 0.05, size=(raw.shape[0], 1)).astype(np.float16).view(np.uint8)
         return raw.reshape(rows, -1)
     w = (rng.standard_normal((rows, k)) * 0.05).astype(np.float32)
     if t == T.F32:

@@ -140,7 +140,9 @@ def test_type_registry_is_the_one_type_list():
 
 def test_can_quantize_covers_all_float_and_block_formats():
     expected = {T.F32, T.F16, T.BF16, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q8_1,
-                T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.Q8_K, T.IQ4_NL, T.IQ4_XS}
+                T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.Q8_K, T.IQ4_NL, T.IQ4_XS,
+                # low-bit i-quants with ggml's unweighted path (IQ2_XXS / IQ2_XS need importance)
+                T.IQ2_S, T.IQ3_XXS, T.IQ3_S}
     assert {t for t in T if quants.can_quantize(t)} == expected
     assert not quants.can_quantize(4) and not quants.can_quantize(99)
     # gguf-py writes at least the plain and legacy formats; all of them are compared below.
@@ -525,7 +527,7 @@ def test_requantizing_llama_cpp_tensors_reproduces_their_bytes(model_tensors):
 
 # ------------------------------------------------------------------------------- bad input
 
-@pytest.mark.parametrize("type_id", [4, 5, 16, 22, 29, 31, 99, -1, 2**40])
+@pytest.mark.parametrize("type_id", [4, 5, 19, 29, 31, 99, -1, 2**40])
 def test_unsupported_type_ids_rejected(type_id):
     with pytest.raises(ValueError, match="unsupported tensor type id"):
         _core.dequantize(np.zeros(18, np.uint8), type_id, 32)

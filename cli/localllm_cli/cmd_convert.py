@@ -9,9 +9,11 @@ __all__ = ["register", "run_convert", "print_result", "import_converter"]
 # The converter's packages (gguf, safetensors) come with the `convert` extra, so this module
 # imports the converter only when a conversion runs: every other command works without them.
 _TYPES_HELP = ("output type: f32, f16 (default), bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k_s, "
-               "q4_k_m, q5_k_s, q5_k_m, q6_k, iq4_nl, iq4_xs; the K-quant and IQ4 presets mix "
-               "types per tensor as llama.cpp does. Default for a GPTQ/AWQ checkpoint: its "
-               "layers keep their quantization (exactly where a ggml type holds it), the rest f16")
+               "q4_k_m, q5_k_s, q5_k_m, q6_k, iq4_nl, iq4_xs, iq2_xxs, iq2_xs, iq2_s, iq2_m, "
+               "iq3_xxs, iq3_xs, iq3_s, iq3_m; the K-quant and IQ presets mix types per tensor as "
+               "llama.cpp does (iq2_*, iq3_xxs and iq3_xs need an importance matrix). Default for "
+               "a GPTQ/AWQ checkpoint: its layers keep their quantization (exactly where a ggml "
+               "type holds it), the rest f16")
 
 
 def import_converter():

@@ -12,7 +12,7 @@ from .checkpoint import Checkpoint
 from .filetypes import PRESETS, QT, QUANTIZATION_VERSION, Preset, preset
 from .packed import PackedWeightRef
 from .packed_exact import choose_packed_type, encode_exact
-from .quant_rules import choose_types
+from .quant_rules import check_importance, choose_types
 from .writer import OutputTensor, write_gguf
 
 __all__ = ["convert", "ConvertResult", "PlanEntry"]
@@ -114,6 +114,7 @@ def convert(hf_dir: str | os.PathLike, out_path: str | os.PathLike | None, type:
     planned = [] if vocab_only else arch.plan()
     choices = choose_types([(p.name, p.shape, QT.F32) for p in planned], chosen_preset,
                            arch.hp.n_layer, arch.hp.n_head // arch.hp.n_head_kv, getattr(arch, "n_expert", 0))
+    check_importance(choices, chosen_preset.name, has_imatrix=False)
     outputs, entries = [], []
     for p, c in zip(planned, choices):
         out, exact = _output_tensor(p, c.qtype, keep_packed=type is None)

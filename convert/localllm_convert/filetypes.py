@@ -51,6 +51,16 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
     Preset("q6_k", 18, QT.Q6_K),
     Preset("iq4_nl", 25, QT.IQ4_NL),
     Preset("iq4_xs", 30, QT.IQ4_XS),
+    # Low-bit i-quants (llama_ftype_get_default_type: iq2_s's default is IQ2_XS, iq2_m's IQ2_S,
+    # iq3_xs's IQ3_S); iq2_*, iq3_xxs and iq3_xs need an importance matrix.
+    Preset("iq2_xxs", 19, QT.IQ2_XXS),
+    Preset("iq2_xs", 20, QT.IQ2_XS),
+    Preset("iq2_s", 28, QT.IQ2_XS),
+    Preset("iq2_m", 29, QT.IQ2_S),
+    Preset("iq3_xxs", 23, QT.IQ3_XXS),
+    Preset("iq3_xs", 22, QT.IQ3_S),
+    Preset("iq3_s", 26, QT.IQ3_S),
+    Preset("iq3_m", 27, QT.IQ3_S),
 )}
 
 

@@ -13,8 +13,9 @@
   heads (n_head / n_head_kv >= 4), ffn_down of the first eighth of the layers to Q5_K.
 * Models of exactly 8 experts (llama.cpp's rules for Mixtral-shaped MoE): attn_v and attn_k go
   to Q8_0, attn_output to Q5_K under q4_k_s, q4_k_m, iq4_nl and iq4_xs.
+* The low-bit i-quant presets (iq2_xxs ... iq3_m): :mod:`localllm_convert.quant_rules_iq`.
 * A row length that is not a multiple of the chosen block size falls back: Q4_K -> Q5_0,
-  Q5_K -> Q5_1, Q6_K -> Q8_0, IQ4_XS -> IQ4_NL, and to F16 when even that does not fit
+  Q5_K -> Q5_1, Q6_K -> Q8_0, IQ4_XS and the low-bit i-quants -> IQ4_NL, and to F16 when even that does not fit
   (llama.cpp stops with an error for the legacy types there; the converter writes F16 as
   convert_hf_to_gguf.py does).
 """
@@ -25,11 +26,14 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from .filetypes import QT, Preset, block_elems
+from .quant_rules_iq import IQ_LOWBIT_PRESETS, Q5K_OUTPUT_PRESETS, iq_lowbit_token_embd, iq_lowbit_type
 
-__all__ = ["TensorChoice", "choose_types", "use_more_bits", "allows_quantization", "category"]
+__all__ = ["TensorChoice", "choose_types", "use_more_bits", "allows_quantization", "category",
+           "check_importance"]
 
 _K_FALLBACK = {QT.Q4_K: QT.Q5_0, QT.Q5_K: QT.Q5_1, QT.Q6_K: QT.Q8_0,
-               QT.Q2_K: QT.Q4_0, QT.Q3_K: QT.Q4_0, QT.IQ4_XS: QT.IQ4_NL}
+               QT.Q2_K: QT.Q4_0, QT.Q3_K: QT.Q4_0, QT.IQ4_XS: QT.IQ4_NL,
+               **{t: QT.IQ4_NL for t in (QT.IQ2_XXS, QT.IQ2_XS, QT.IQ2_S, QT.IQ3_XXS, QT.IQ3_S)}}
 _IQ4_PRESETS = ("iq4_nl", "iq4_xs")
 
 # Substrings of tensor names that are never quantized (besides 1-D tensors and norms).
@@ -83,10 +87,15 @@ def _layer_of(name: str) -> int:
 
 
 def _rule_type(name: str, ncols: int, preset: Preset, n_layer: int, n_gqa: int, tied: bool,
-               n_expert: int = 0) -> QT:
+               n_expert: int = 0, has_imatrix: bool = False) -> QT:
     """The type before the row-length fallback (llama_tensor_get_type_impl, our presets)."""
     default = preset.default_type
     cat = category(name)
+    if preset.name in IQ_LOWBIT_PRESETS and cat not in ("output", "token_embd"):
+        layer = _layer_of(name) if cat.startswith(("attn_", "ffn_")) else None
+        return iq_lowbit_type(preset.name, cat, layer, n_layer, n_gqa, n_expert, has_imatrix) or default
+    if cat == "token_embd" and not tied and preset.name in IQ_LOWBIT_PRESETS:
+        return iq_lowbit_token_embd(preset.name) or default
     if n_expert == 8 and cat in ("attn_v", "attn_k"):
         return QT.Q8_0
     if n_expert == 8 and cat == "attn_output" and preset.name in ("q4_k_s", "q4_k_m") + _IQ4_PRESETS:
@@ -94,6 +103,8 @@ def _rule_type(name: str, ncols: int, preset: Preset, n_layer: int, n_gqa: int, 
     if cat == "output" or (cat == "token_embd" and tied):
         if ncols % block_elems(default) != 0:
             return QT.Q8_0
+        if preset.name in Q5K_OUTPUT_PRESETS:
+            return QT.Q5_K
         return default if default == QT.Q8_0 else QT.Q6_K
     if cat in ("attn_v", "attn_qkv"):
         i = _layer_of(name)   # (llama.cpp counts attn_v tensors in layer order: the same)
@@ -121,7 +132,8 @@ def _fit_rows(qtype: QT, ncols: int) -> QT:
 
 
 def choose_types(tensors: Sequence[tuple[str, Sequence[int], QT]], preset: Preset,
-                 n_layer: int, n_gqa: int = 1, n_expert: int = 0) -> list[TensorChoice]:
+                 n_layer: int, n_gqa: int = 1, n_expert: int = 0,
+                 has_imatrix: bool = False) -> list[TensorChoice]:
     """The type of every tensor under ``preset``.
 
     Args:
@@ -132,6 +144,7 @@ def choose_types(tensors: Sequence[tuple[str, Sequence[int], QT]], preset: Prese
         n_layer: the model's block count (for the per-layer rules).
         n_gqa: query heads per K/V head, n_head / n_head_kv (llama.cpp's n_gqa(), layer 0).
         n_expert: the model's expert count ({arch}.expert_count; 0 for a dense model).
+        has_imatrix: an importance matrix is given (iq3_xxs's attn_v / ffn_down rules).
     """
     names = {name for name, _, _ in tensors}
     tied = "output.weight" not in names
@@ -144,7 +157,24 @@ def choose_types(tensors: Sequence[tuple[str, Sequence[int], QT]], preset: Prese
             out.append(TensorChoice(name, preset.default_type))
             continue
         ncols = int(shape[-1])
-        chosen = _rule_type(name, ncols, preset, n_layer, n_gqa, tied, n_expert)
+        chosen = _rule_type(name, ncols, preset, n_layer, n_gqa, tied, n_expert, has_imatrix)
         fitted = _fit_rows(chosen, ncols)
         out.append(TensorChoice(name, fitted, chosen if fitted != chosen else None))
     return out
+
+
+# Types llama-quantize refuses to write without an importance matrix (llama-quant.cpp's
+# tensor_requires_imatrix; token_embd and output are exempt).
+NEEDS_IMPORTANCE = (QT.IQ2_XXS, QT.IQ2_XS, QT.IQ2_S, QT.IQ3_XXS)
+
+
+def check_importance(choices: Sequence[TensorChoice], preset_name: str, has_imatrix: bool) -> None:
+    """ValueError when a tensor would get a type that needs an importance matrix and there is none."""
+    if has_imatrix:
+        return
+    needy = [c for c in choices if c.qtype in NEEDS_IMPORTANCE and category(c.name) not in ("output", "token_embd")]
+    if needy:
+        types = sorted({QT(c.qtype).name for c in needy})
+        raise ValueError(f"output type {preset_name} needs an importance matrix: {len(needy)} tensors "
+                         f"(e.g. {needy[0].name}) would be {', '.join(types)}, which llama.cpp quantizes "
+                         "only with one; choose iq3_s, iq3_m, or a K-quant / iq4 type")

@@ -16,7 +16,7 @@ import numpy as np
 from .arrays import from_bf16_bits
 from .convert import ConvertResult, PlanEntry
 from .filetypes import FLOAT_TYPES, QT, QUANTIZATION_VERSION, preset
-from .quant_rules import choose_types
+from .quant_rules import check_importance, choose_types
 from .writer import OutputTensor, write_gguf
 
 __all__ = ["quantize_gguf"]
@@ -116,6 +116,7 @@ def quantize_gguf(in_path: str | os.PathLike, out_path: str | os.PathLike, type:
                          "requantizing loses quality — pass --allow-requantize to do it anyway")
     infos = [(t.name, tuple(int(d) for d in reversed(t.shape)), QT(t.type)) for t in src.tensors]
     choices = choose_types(infos, chosen, n_layer, n_gqa, n_expert)
+    check_importance(choices, chosen.name, has_imatrix=False)
     outputs = []
     for t, (name, shape, current), choice in zip(src.tensors, infos, choices):
         def raw(n=name) -> np.ndarray:

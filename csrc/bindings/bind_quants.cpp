@@ -95,10 +95,27 @@ py::array_t<float> dequantize_py(const py::array& data, int64_t type, int64_t n_
     return out;
 }
 
-py::array_t<uint8_t> quantize_py(const py::array& x, int64_t type) {
+// The importance weights of quantize(): None, or one float32 per element of a row.
+const float* importance_or_null(const py::object& importance, int64_t row, const lll::TypeTraits& tt) {
+    if (importance.is_none()) return nullptr;
+    const py::array imp = importance.cast<py::array>();
+    if (!imp.dtype().is(py::dtype::of<float>()) || imp.ndim() != 1 || !(imp.flags() & py::array::c_style)) {
+        throw std::invalid_argument("quantize: importance must be a contiguous 1-D float32 array");
+    }
+    if (imp.shape(0) != row) {
+        throw std::invalid_argument("quantize: importance has " + std::to_string(imp.shape(0)) +
+                                    " weights, rows have " + std::to_string(row) + " elements");
+    }
+    if (!tt.quantize_weighted) {
+        throw std::invalid_argument(std::string("quantize: ") + tt.name + " takes no importance weights");
+    }
+    return static_cast<const float*>(imp.data());
+}
+
+py::array_t<uint8_t> quantize_py(const py::array& x, int64_t type, const py::object& importance) {
     const lll::TypeTraits& tt = traits_or_throw(type);
     const lll::GGMLType gtype = static_cast<lll::GGMLType>(type);
-    if (!lll::can_quantize(gtype)) {
+    if (!lll::can_quantize(gtype) && !(tt.quantize_weighted && !importance.is_none())) {
         throw std::invalid_argument(std::string("quantize: cannot quantize f32 to ") + tt.name);
     }
     if (!x.dtype().is(py::dtype::of<float>())) {
@@ -122,6 +139,16 @@ py::array_t<uint8_t> quantize_py(const py::array& x, int64_t type) {
     const int64_t n_blocks = (int64_t)x.size() / tt.block_elems;
     const float* src = static_cast<const float*>(x.data());
     uint8_t* dst = out.mutable_data();
+    const float* imp = importance_or_null(importance, row, tt);
+    if (imp) {   // importance is per position in a row: split over rows
+        const int64_t row_bytes = row / tt.block_elems * tt.block_bytes;
+        py::gil_scoped_release release;
+        parallel_over_blocks(row ? (int64_t)x.size() / row : 0, row, [&](int64_t first, int64_t count) {
+            for (int64_t r = first; r < first + count; ++r)
+                lll::quantize_row_weighted(gtype, src + r * row, dst + r * row_bytes, row, imp);
+        });
+        return out;
+    }
     {
         // Rows are multiples of the block and every reference quantizer works block by block,
         // so splitting over blocks gives the same bytes as quantizing row by row.
@@ -144,6 +171,8 @@ py::dict traits_dict(const lll::TypeTraits& tt) {
     info["quantized"] = tt.quantized;
     info["vec_dot_type"] = static_cast<uint32_t>(tt.vec_dot_type);
     info["can_quantize"] = tt.quantize != nullptr;
+    info["importance_aware"] = tt.quantize_weighted != nullptr;
+    info["needs_importance"] = tt.needs_importance;
     py::list levels;   // ISA levels with a kernel set written (and compiled in) for this type
     for (int level = 0; level < 3; ++level)
         if (tt.kernels[level]) levels.append(lll::isa_name(static_cast<lll::Isa>(level)));
@@ -167,8 +196,10 @@ py::list types_py() {
 void register_quants(py::module_& m) {
     m.def("dequantize", &dequantize_py, py::arg("data"), py::arg("type"), py::arg("n_elements"),
           "Raw blocks (C-contiguous uint8) of a ggml type -> 1-D float32 array of n_elements.");
-    m.def("quantize", &quantize_py, py::arg("x"), py::arg("type"),
-          "float32 array (last dim a multiple of the block size) -> uint8 blocks, last dim in bytes.");
+    m.def("quantize", &quantize_py, py::arg("x"), py::arg("type"), py::arg("importance") = py::none(),
+          "float32 array (last dim a multiple of the block size) -> uint8 blocks, last dim in bytes. "
+          "importance: None or one float32 weight per row element (the types with an importance-aware "
+          "quantizer, bit-exact with ggml's quantize_<type> given the same weights).");
     m.def("type_info", &type_info_py, py::arg("type"),
           "The type registry's entry of a supported ggml type id: dict(id, name, block_elems, block_bytes, "
           "quantized, vec_dot_type, can_quantize, kernels, repackable).");

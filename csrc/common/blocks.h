@@ -18,7 +18,8 @@ namespace lll {
 // ggml_type ids as stored in GGUF tensor infos (never renumber: they are the file format).
 enum class GGMLType : uint32_t {
     F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q8_1 = 9,
-    Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15, IQ4_NL = 20, IQ4_XS = 23,
+    Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15, IQ2_XXS = 16,
+    IQ2_XS = 17, IQ3_XXS = 18, IQ4_NL = 20, IQ3_S = 21, IQ2_S = 22, IQ4_XS = 23,
     I8 = 24, I16 = 25, I32 = 26, I64 = 27, F64 = 28, BF16 = 30,
 };
 
@@ -101,6 +102,39 @@ static_assert(sizeof(block_iq4_nl) == 2 + QK4_NL / 2, "block_iq4_nl size");
 struct block_iq4_xs { fp16_t d; uint16_t scales_h; uint8_t scales_l[QK_K / 64]; uint8_t qs[QK_K / 2]; };
 static_assert(sizeof(block_iq4_xs) == 2 + 2 + QK_K / 64 + QK_K / 2, "block_iq4_xs size");
 
+// ---- low-bit i-quants: super-blocks of 256 whose groups of 8 (IQ2_*) or 4 (IQ3_*) weights are
+// points of a fixed lattice grid (csrc/backends/cpu/quants/ref/gen_iq_grids.py: generated from
+// gguf-py at build time) times a sign pattern. Multiplied with Q8_K activations.
+
+// IQ2_XXS (2.0625 bpw): per 32 weights two uint32: the first holds 4 grid indices (iq2xxs_grid,
+// 256 points of 8), the second 4 x 7 sign bits (ksigns_iq2xs: the 8th sign is the parity) and a
+// 4-bit scale ls in bits 28..31; weight = d * (0.5 + ls) / 4 * grid * sign.
+struct block_iq2_xxs { fp16_t d; uint16_t qs[QK_K / 8]; };
+static_assert(sizeof(block_iq2_xxs) == 2 + QK_K / 8 * 2, "block_iq2_xxs size");
+
+// IQ2_XS (2.3125 bpw): per 8 weights one uint16: 9-bit iq2xs_grid index + 7 sign bits; a 4-bit
+// scale per 16 weights (low nibble of scales[j] for the first 16 of group j of 32).
+struct block_iq2_xs { fp16_t d; uint16_t qs[QK_K / 8]; uint8_t scales[QK_K / 32]; };
+static_assert(sizeof(block_iq2_xs) == 2 + QK_K / 8 * 2 + QK_K / 32, "block_iq2_xs size");
+
+// IQ2_S (2.5625 bpw): 10-bit iq2s_grid indices (low 8 bits in qs[0..31], 2 high bits per index
+// in qh), 8 explicit sign bits per 8 weights in qs[32..63], 4-bit scales per 16 as IQ2_XS.
+struct block_iq2_s { fp16_t d; uint8_t qs[QK_K / 4]; uint8_t qh[QK_K / 32]; uint8_t scales[QK_K / 32]; };
+static_assert(sizeof(block_iq2_s) == 2 + QK_K / 4 + QK_K / 16, "block_iq2_s size");
+
+// IQ3_XXS (3.0625 bpw): 64 8-bit iq3xxs_grid indices (256 points of 4), then per 32 weights a
+// uint32 of 4 x 7 sign bits + 4-bit scale as IQ2_XXS; weight = d * (0.5 + ls) / 2 * grid * sign.
+struct block_iq3_xxs { fp16_t d; uint8_t qs[3 * QK_K / 8]; };
+static_assert(sizeof(block_iq3_xxs) == 2 + 3 * QK_K / 8, "block_iq3_xxs size");
+
+// IQ3_S (3.4375 bpw): 9-bit iq3s_grid indices (low bits in qs, 9th bits in qh), explicit signs,
+// a 4-bit scale per 32 weights: weight = d * (1 + 2 ls) * grid * sign.
+constexpr int IQ3S_N_SCALE = QK_K / 64;
+struct block_iq3_s {
+    fp16_t d; uint8_t qs[QK_K / 4]; uint8_t qh[QK_K / 32]; uint8_t signs[QK_K / 8]; uint8_t scales[IQ3S_N_SCALE];
+};
+static_assert(sizeof(block_iq3_s) == 2 + 13 * (QK_K / 32) + IQ3S_N_SCALE, "block_iq3_s size");
+
 namespace kern { struct KernelSet; }   // csrc/backends/cpu/quants/dot/dot_impl.h
 
 // The family of block-sequential kernels (csrc/backends/cpu/quants/bseq/bseq.h) a weight type runs
@@ -137,6 +171,13 @@ struct TypeTraits {
     // the level below. Null everywhere for types never used as activations.
     ActQuantFn act_quant[3];
     BseqFamily bseq;         // its block-sequential family: repacked into panels at load when not None
+    // One row of n_per_row floats -> blocks with per-weight importance (n_per_row floats, e.g. an
+    // imatrix's mean squared activations; nullptr: none), bit-exact with ggml's quantize_<type>.
+    // Null for types whose quantizer takes no importance.
+    void (*quantize_weighted)(const float* src, void* dst, int64_t n_per_row, const float* importance) = nullptr;
+    // llama-quantize refuses this type without an importance matrix (llama-quant.cpp's
+    // tensor_requires_imatrix): the converter asks for one.
+    bool needs_importance = false;
 
     constexpr bool repackable() const { return bseq != BseqFamily::None; }
 };

@@ -25,6 +25,11 @@ void dequantize_row(GGMLType type, const void* src, float* dst, int64_t n);
 // quantize_row_ref: n floats -> blocks, bit-exact with ggml's quantize_row_*_ref (and gguf-py).
 void quantize_row_ref(GGMLType type, const float* src, void* dst, int64_t n);
 bool can_quantize(GGMLType type);
+// quantize_row_weighted: as quantize_row_ref with per-weight importance (n floats, or nullptr),
+// bit-exact with ggml's quantize_<type>(src, dst, 1, n, importance). Types without an
+// importance-aware quantizer ignore it; types that cannot quantize without one (IQ2_XXS,
+// IQ2_XS) throw std::invalid_argument on nullptr.
+void quantize_row_weighted(GGMLType type, const float* src, void* dst, int64_t n, const float* importance);
 
 // ---- activation quantization + dot products (csrc/backends/cpu/quants/dot/dot_*.cpp) ----
 // quantize_act_row: one activation row -> vec_dot_type blocks, as ggml's CPU backend does it

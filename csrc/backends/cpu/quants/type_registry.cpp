@@ -63,6 +63,13 @@ constexpr TypeTraits activation(TypeTraits t, ActQuantFn scalar, ActQuantFn avx2
     return t;
 }
 
+// `t` with an importance-aware quantizer; `needs`: llama-quantize requires an imatrix for it.
+constexpr TypeTraits weighted(TypeTraits t, ref::QuantizeWeightedFn qw, bool needs) {
+    t.quantize_weighted = qw;
+    t.needs_importance = needs;
+    return t;
+}
+
 using T = GGMLType;
 using B = BseqFamily;
 namespace s = kern::sets;
@@ -106,14 +113,24 @@ constexpr TypeTraits kTypes[] = {
     activation(quant(T::Q8_K, "Q8_K", QK_K, sizeof(block_q8_K), T::Q8_K, ref::dequantize_q8_K,
                      ref::quantize_q8_K, nullptr, nullptr, nullptr, B::None),
                a::scalar_q8_K, AVX2_ACT(q8_K), AVX512_ACT(q8_K)),
-    unsupported(16, "IQ2_XXS"),
-    unsupported(17, "IQ2_XS"),
-    unsupported(18, "IQ3_XXS"),
+    weighted(quant(T::IQ2_XXS, "IQ2_XXS", QK_K, sizeof(block_iq2_xxs), T::Q8_K, ref::dequantize_iq2_xxs,
+                   nullptr, s::scalar_iq2_xxs, AVX2_SET(iq2_xxs), nullptr, B::None),
+             ref::quantize_weighted_iq2_xxs, true),
+    weighted(quant(T::IQ2_XS, "IQ2_XS", QK_K, sizeof(block_iq2_xs), T::Q8_K, ref::dequantize_iq2_xs,
+                   nullptr, s::scalar_iq2_xs, AVX2_SET(iq2_xs), nullptr, B::None),
+             ref::quantize_weighted_iq2_xs, true),
+    weighted(quant(T::IQ3_XXS, "IQ3_XXS", QK_K, sizeof(block_iq3_xxs), T::Q8_K, ref::dequantize_iq3_xxs,
+                   ref::quantize_iq3_xxs, s::scalar_iq3_xxs, AVX2_SET(iq3_xxs), nullptr, B::None),
+             ref::quantize_weighted_iq3_xxs, true),
     unsupported(19, "IQ1_S"),
     quant(T::IQ4_NL, "IQ4_NL", QK4_NL, sizeof(block_iq4_nl), T::Q8_0, ref::dequantize_iq4_nl,
           ref::quantize_iq4_nl, s::scalar_iq4_nl, AVX2_SET(iq4_nl), nullptr, B::None),
-    unsupported(21, "IQ3_S"),
-    unsupported(22, "IQ2_S"),
+    weighted(quant(T::IQ3_S, "IQ3_S", QK_K, sizeof(block_iq3_s), T::Q8_K, ref::dequantize_iq3_s,
+                   ref::quantize_iq3_s, s::scalar_iq3_s, AVX2_SET(iq3_s), nullptr, B::None),
+             ref::quantize_weighted_iq3_s, false),
+    weighted(quant(T::IQ2_S, "IQ2_S", QK_K, sizeof(block_iq2_s), T::Q8_K, ref::dequantize_iq2_s,
+                   ref::quantize_iq2_s, s::scalar_iq2_s, AVX2_SET(iq2_s), nullptr, B::None),
+             ref::quantize_weighted_iq2_s, true),
     quant(T::IQ4_XS, "IQ4_XS", QK_K, sizeof(block_iq4_xs), T::Q8_K, ref::dequantize_iq4_xs,
           ref::quantize_iq4_xs, s::scalar_iq4_xs, AVX2_SET(iq4_xs), nullptr, B::None),
     // Integer and f64 tensors can be read as floats; f32 -> int has no ggml meaning.

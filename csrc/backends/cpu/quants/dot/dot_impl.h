@@ -69,7 +69,10 @@ struct KernelSet {
     const KernelSet* level##_q3_K(); const KernelSet* level##_q4_K();                          \
     const KernelSet* level##_q5_K(); const KernelSet* level##_q6_K();                          \
     const KernelSet* level##_f32(); const KernelSet* level##_f16(); const KernelSet* level##_bf16(); \
-    const KernelSet* level##_iq4_nl(); const KernelSet* level##_iq4_xs();
+    const KernelSet* level##_iq4_nl(); const KernelSet* level##_iq4_xs();                      \
+    const KernelSet* level##_iq2_xxs(); const KernelSet* level##_iq2_xs();                      \
+    const KernelSet* level##_iq2_s(); const KernelSet* level##_iq3_xxs();                       \
+    const KernelSet* level##_iq3_s();
 namespace sets {
 LLL_KERNEL_SETS(scalar)
 LLL_KERNEL_SETS(avx2)

@@ -8,6 +8,7 @@
 
 #include "common/fp16.h"
 #include "backends/cpu/quants/dot/dot_impl.h"
+#include "backends/cpu/quants/dot/iq_lowbit.h"
 
 namespace lll {
 namespace kern {
@@ -257,6 +258,31 @@ float dot_iq4_xs(int64_t n, const void* vw, const void* vx) {
     return sumf;
 }
 
+// Low-bit i-quants (iq_lowbit.h): the exact integer sum of each super-block's groups of 32.
+template <class Type>
+float dot_iq_lowbit(int64_t n, const void* vw, const void* vx) {
+    const typename Type::Block* w = (const typename Type::Block*)vw;
+    const block_q8_K* x = (const block_q8_K*)vx;
+    float sumf = 0.0f;
+    for (int64_t i = 0; i < n / QK_K; ++i) {
+        int isum = 0;
+        for (int ib = 0; ib < QK_K / 32; ++ib) {
+            iqlow::Group32 g;
+            Type::group(w[i], ib, g);
+            const uint8_t* grid = (const uint8_t*)g.grid;
+            const int8_t* q8 = x[i].qs + 32 * ib;
+            for (int h = 0; h < 2; ++h) {
+                int sumi = 0;
+                for (int j = 16 * h; j < 16 * h + 16; ++j)
+                    sumi += grid[j] * q8[j] * ((g.signs >> j) & 1 ? -1 : 1);
+                isum += g.mult[h] * sumi;
+            }
+        }
+        sumf = iqlow::add_scaled(sumf, h2f(w[i].d), x[i].d, isum);
+    }
+    return Type::kFinal * sumf;
+}
+
 // ---- plain float types (activations in the same type) ---------------------------------------
 
 float dot_f32(int64_t n, const void* vw, const void* vx) {
@@ -310,6 +336,11 @@ LLL_DEFINE_KERNEL_SET(scalar_f16, make_scalar_set<dot_f16>())
 LLL_DEFINE_KERNEL_SET(scalar_bf16, make_scalar_set<dot_bf16>())
 LLL_DEFINE_KERNEL_SET(scalar_iq4_nl, make_scalar_set<dot_iq4_nl>())
 LLL_DEFINE_KERNEL_SET(scalar_iq4_xs, make_scalar_set<dot_iq4_xs>())
+LLL_DEFINE_KERNEL_SET(scalar_iq2_xxs, make_scalar_set<dot_iq_lowbit<iqlow::IQ2XXS>>())
+LLL_DEFINE_KERNEL_SET(scalar_iq2_xs, make_scalar_set<dot_iq_lowbit<iqlow::IQ2XS>>())
+LLL_DEFINE_KERNEL_SET(scalar_iq2_s, make_scalar_set<dot_iq_lowbit<iqlow::IQ2S>>())
+LLL_DEFINE_KERNEL_SET(scalar_iq3_xxs, make_scalar_set<dot_iq_lowbit<iqlow::IQ3XXS>>())
+LLL_DEFINE_KERNEL_SET(scalar_iq3_s, make_scalar_set<dot_iq_lowbit<iqlow::IQ3S>>())
 
 const KernelSet* find_kernels(GGMLType wtype, Isa isa) {
     const TypeTraits* tt = type_traits(wtype);

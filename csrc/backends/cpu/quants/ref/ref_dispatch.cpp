@@ -51,6 +51,20 @@ void quantize_row_ref(GGMLType type, const float* src, void* dst, int64_t n) {
     if (n > 0) tt->quantize(src, dst, n);
 }
 
+void quantize_row_weighted(GGMLType type, const float* src, void* dst, int64_t n, const float* importance) {
+    const TypeTraits* tt = type_traits(type);
+    if (!tt || !tt->quantize_weighted) {
+        quantize_row_ref(type, src, dst, n);
+        return;
+    }
+    check_elements("quantize", type, n);
+    if (!importance && !tt->quantize) {
+        throw std::invalid_argument(std::string("quantize: ") + tt->name +
+                                    " needs importance weights (an importance matrix)");
+    }
+    if (n > 0) tt->quantize_weighted(src, dst, n, importance);
+}
+
 bool can_quantize(GGMLType type) {
     const TypeTraits* tt = type_traits(type);
     return tt && tt->quantize;

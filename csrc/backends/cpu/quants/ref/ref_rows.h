@@ -60,6 +60,25 @@ void dequantize_iq4_xs(const void* src, float* dst, int64_t k);
 void quantize_iq4_nl(const float* src, void* dst, int64_t k);
 void quantize_iq4_xs(const float* src, void* dst, int64_t k);
 
+// ---- low-bit i-quants (ref_iq_lowbit.cpp) ----
+void dequantize_iq2_xxs(const void* src, float* dst, int64_t k);
+void dequantize_iq2_xs(const void* src, float* dst, int64_t k);
+void dequantize_iq2_s(const void* src, float* dst, int64_t k);
+void dequantize_iq3_xxs(const void* src, float* dst, int64_t k);
+void dequantize_iq3_s(const void* src, float* dst, int64_t k);
+// Quantizers (ref_iq_quant.cpp), byte-identical with ggml's quantize_iq*: `importance` holds k
+// weights or is null (IQ2_XXS / IQ2_XS need it; the dispatch refuses null for them).
+typedef void (*QuantizeWeightedFn)(const float* src, void* dst, int64_t k, const float* importance);
+void quantize_weighted_iq2_xxs(const float* src, void* dst, int64_t k, const float* importance);
+void quantize_weighted_iq2_xs(const float* src, void* dst, int64_t k, const float* importance);
+void quantize_weighted_iq2_s(const float* src, void* dst, int64_t k, const float* importance);
+void quantize_weighted_iq3_xxs(const float* src, void* dst, int64_t k, const float* importance);
+void quantize_weighted_iq3_s(const float* src, void* dst, int64_t k, const float* importance);
+// Without importance weights (ggml's quantize_row_iq*_ref): weights from x itself.
+void quantize_iq2_s(const float* src, void* dst, int64_t k);
+void quantize_iq3_xxs(const float* src, void* dst, int64_t k);
+void quantize_iq3_s(const float* src, void* dst, int64_t k);
+
 // float -> int32 truncation as x86's cvttss2si does it, without C++'s undefined behaviour:
 // NaN and values outside the int32 range give INT32_MIN. ggml's `(int8_t)(x + 8.5f)` style
 // casts compile to exactly this followed by keeping the low bits.
