@@ -1,0 +1,90 @@
+"""XLM-RoBERTa (the bge-reranker family, bge-m3, multilingual-e5) against transformers: tiny
+random checkpoints with locally trained SentencePiece Unigram tokenizers (tests/xlmr_models.py),
+converted by our converter to F32. Token ids equal XLMRobertaTokenizerFast's on mixed text and on
+query/document pairs (with SentencePiece's precompiled NFKC charsmap and without one); rerank
+scores equal the classifier's logits; embeddings match transformers' pooled states."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from embed_models import cosines, hf_embeddings, hf_rerank_logits, hf_tokenizer
+from localllm import LLM
+from localllm_convert import convert
+from xlmr_models import MIXED, PAIRS, XLMR, build_xlmr
+
+_CACHE: dict = {}
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    def get(name: str):
+        if name not in _CACHE:
+            base = tmp_path_factory.mktemp(name)
+            hf_dir = build_xlmr(base / "hf", classifier=name.startswith("reranker"), charsmap=not name.endswith("plain"))
+            gguf = base / f"{name}.gguf"
+            convert(hf_dir, gguf, type="f32", progress=False)
+            _CACHE[name] = hf_dir, gguf
+        return _CACHE[name]
+    return get
+
+
+@pytest.mark.parametrize("name", ["reranker", "reranker-plain"])
+def test_unigram_tokens_equal_transformers(converted, name):
+    hf_dir, gguf = converted(name)
+    llm = LLM(str(gguf), n_threads=1, n_ctx=256)
+    assert llm.tokenizer.model == "t5"
+    tok = hf_tokenizer(hf_dir)
+    for text in MIXED:
+        assert llm.tokenize(text) == tok(text)["input_ids"], text
+    for query, documents in PAIRS:
+        for doc in documents:
+            ids, types = llm.embedder.pair(query, doc, truncate=False, what="pair")
+            assert ids == tok(query, doc)["input_ids"], (query, doc)
+            assert types == [0] * len(ids)          # one token type
+    assert llm.detokenize(llm.tokenize("Hello world!", add_special=False)) == "Hello world!"
+
+
+def test_charsmap_is_in_the_file_and_normalizes(converted):
+    hf_dir, gguf = converted("reranker")
+    llm = LLM(str(gguf), n_threads=1, n_ctx=256)
+    assert len(bytes(np.asarray(llm.gguf.get("tokenizer.ggml.precompiled_charsmap"), np.uint8))) > 1000
+    # NFKC: full-width letters and the circled digit tokenize as their plain forms
+    assert llm.tokenize("Ｆｕｌｌ ①") == llm.tokenize("Full 1")
+
+
+@pytest.mark.parametrize("name", ["reranker", "reranker-plain"])
+def test_rerank_scores_equal_classifier_logits(converted, name):
+    hf_dir, gguf = converted(name)
+    llm = LLM(str(gguf), n_threads=2, n_ctx=512)
+    assert llm.embedder.pooling == "rank"
+    for query, documents in PAIRS:
+        ref = hf_rerank_logits(hf_dir, query, documents)
+        results = llm.rerank(query, documents)
+        ours = np.array([r["relevance_score"] for r in sorted(results, key=lambda r: r["index"])])
+        np.testing.assert_allclose(ours, ref, atol=1e-3)
+        assert [r["index"] for r in results] == list(np.argsort(-ref, kind="stable"))
+
+
+@pytest.mark.parametrize("pooling", ["mean", "cls"])
+def test_embeddings_match_transformers(converted, pooling):
+    hf_dir, gguf = converted("embedder")
+    llm = LLM(str(gguf), n_threads=2, n_ctx=512)
+    assert llm.embedder.pooling == "cls"          # XLMRobertaModel without a sentence-transformers pooling
+    texts = [t for t in MIXED if t]
+    ours = llm.embed(texts, pooling=pooling)
+    assert cosines(ours, hf_embeddings(hf_dir, texts, pooling)).min() >= 0.9999
+
+
+def test_positions_are_offset_and_the_context_is_what_remains(converted):
+    hf_dir, gguf = converted("embedder")
+    llm = LLM(str(gguf), n_threads=1, n_ctx=512)
+    n_pos = XLMR["max_position_embeddings"] - XLMR["pad_token_id"] - 1
+    assert llm.embedder.max_tokens == n_pos
+    text = "France " * 200
+    with pytest.raises(ValueError, match=f"more than the {n_pos}"):
+        llm.embed([text])
+    ids = hf_tokenizer(hf_dir)(text, truncation=True, max_length=n_pos)["input_ids"]
+    ours = llm.embed([text], truncate=True, pooling="mean")
+    assert cosines(ours, llm.embed([ids], pooling="mean")).min() >= 0.99999
+    assert llm.embedder.tokenize([text], truncate=True)[0] == ids   # the beginning and the closing </s>
