@@ -43,6 +43,9 @@ def test_unigram_tokens_equal_transformers(converted, name):
             assert ids == tok(query, doc)["input_ids"], (query, doc)
             assert types == [0] * len(ids)          # one token type
     assert llm.detokenize(llm.tokenize("Hello world!", add_special=False)) == "Hello world!"
+    special_text = "<s>Hello</s> world <unk>"
+    assert llm.tokenize(special_text, parse_special=True) == tok(special_text)["input_ids"]
+    assert 0 not in llm.tokenize(special_text, add_special=False)   # plain text: pieces only, as llama.cpp
 
 
 def test_charsmap_is_in_the_file_and_normalizes(converted):

@@ -23,13 +23,13 @@ _SPACE_ESCAPE = "\u2581"
 class UgmEncoder:
     """Text -> ids over one Unigram vocabulary."""
 
-    def __init__(self, tokens: Sequence[str], scores: np.ndarray, unk_id: int,
+    def __init__(self, tokens: Sequence[str], scores: np.ndarray, normal: Sequence[bool], unk_id: int,
                  charsmap: bytes | None, add_space_prefix: bool) -> None:
         from tokenizers import Tokenizer, normalizers, pre_tokenizers
         from tokenizers.models import Unigram
 
         self._token_ids = dict(zip(reversed(tokens), range(len(tokens) - 1, -1, -1)))
-        pieces = _unique_pieces(tokens)
+        pieces = _lattice_pieces(tokens, normal)
         model = Unigram(list(zip(pieces, (float(s) for s in scores))), unk_id=unk_id, byte_fallback=False)
         self._tok = Tokenizer(model)
         if charsmap:
@@ -48,14 +48,17 @@ class UgmEncoder:
         return self._tok.encode(text, add_special_tokens=False).ids
 
 
-def _unique_pieces(tokens: Sequence[str]) -> list[str]:
-    """The pieces with repeats renamed: a Unigram model needs one id per piece text, and a
-    vocabulary may repeat a text (padding entries); the first keeps it, as lookups do."""
+def _lattice_pieces(tokens: Sequence[str], normal: Sequence[bool]) -> list[str]:
+    """The Unigram model's piece per id: the token's text for a normal token (the first of
+    repeated texts), else a text no input can match (it holds a space, which pre-tokenizing
+    removes). Only normal pieces make up plain text, as in llama.cpp's UGM matcher: <s>, </s>,
+    <unk> and unused entries come from special-token parsing, never from the lattice; and the
+    model needs one id per text."""
     seen: set[str] = set()
     out = []
-    for i, t in enumerate(tokens):
-        if t in seen:
-            t = f"[DUPLICATE_{i}]\0"
+    for i, (t, is_normal) in enumerate(zip(tokens, normal)):
+        if not is_normal or t in seen:
+            t = f" unmatched {i}"
         seen.add(t)
         out.append(t)
     return out
