@@ -91,3 +91,21 @@ def test_positions_are_offset_and_the_context_is_what_remains(converted):
     ours = llm.embed([text], truncate=True, pooling="mean")
     assert cosines(ours, llm.embed([ids], pooling="mean")).min() >= 0.99999
     assert llm.embedder.tokenize([text], truncate=True)[0] == ids   # the beginning and the closing </s>
+
+
+def test_converter_refuses_what_it_cannot_write(converted, tmp_path):
+    import json
+    import shutil
+
+    from localllm_convert import CheckpointError, VocabError
+    hf_dir, _ = converted("embedder")
+    bad = tmp_path / "bad"
+    shutil.copytree(hf_dir, bad)
+    tok = json.loads((bad / "tokenizer.json").read_text())
+    (bad / "tokenizer.json").write_text(json.dumps({**tok, "model": {"type": "WordPiece", "vocab": {}}}))
+    with pytest.raises(VocabError, match="Unigram"):
+        convert(bad, tmp_path / "bad.gguf", type="f32", progress=False)
+    config = json.loads((bad / "config.json").read_text())
+    (bad / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 2}))
+    with pytest.raises(CheckpointError, match="max_position_embeddings 2 leaves no position"):
+        convert(bad, tmp_path / "bad.gguf", type="f32", progress=False)

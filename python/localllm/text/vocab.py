@@ -303,7 +303,7 @@ def _apply_name_fixups(meta: Mapping[str, Any], vd: VocabData) -> None:
 
 
 def _texts_and_encoder(meta: Mapping[str, Any], model: str, tokens: list[str], spec: PreTokenizerSpec | None,
-                       attrs: array) -> tuple[Sequence[bytes], Encoder]:
+                       attrs: array, add_space_prefix: bool) -> tuple[Sequence[bytes], Encoder]:
     """Token texts as UTF-8, and the encoder holding the text -> id table (first id wins)."""
     n = len(tokens)
     if model == "llama":
@@ -320,7 +320,7 @@ def _texts_and_encoder(meta: Mapping[str, Any], model: str, tokens: list[str], s
                 WpmEncoder(token_ids, unk if isinstance(unk, int) and 0 <= unk < n else None,
                            _as_bool(meta, _K + "normalizer.lowercase", True)))
     if model == "t5":
-        return [t.encode("utf-8", "surrogatepass") for t in tokens], _ugm_encoder(meta, tokens, attrs)
+        return [t.encode("utf-8", "surrogatepass") for t in tokens], _ugm_encoder(meta, tokens, attrs, add_space_prefix)
     merges = meta.get(_K + "merges")
     if merges is None:
         raise ValueError("BPE (gpt2) tokenizer metadata has no tokenizer.ggml.merges")
@@ -329,7 +329,7 @@ def _texts_and_encoder(meta: Mapping[str, Any], model: str, tokens: list[str], s
     return PackedTexts(tokens), BpeMerger(tokens, merges, spec.ignore_merges)
 
 
-def _ugm_encoder(meta: Mapping[str, Any], tokens: list[str], attrs: array) -> UgmEncoder:
+def _ugm_encoder(meta: Mapping[str, Any], tokens: list[str], attrs: array, add_space_prefix: bool) -> UgmEncoder:
     n = len(tokens)
     scores = _number_array(meta, _K + "scores", n, np.float32)
     if scores is None:
@@ -344,7 +344,7 @@ def _ugm_encoder(meta: Mapping[str, Any], tokens: list[str], attrs: array) -> Ug
         except (TypeError, ValueError) as exc:
             raise ValueError(f"tokenizer.ggml.precompiled_charsmap must be a byte array: {exc}") from None
     normal = ((np.frombuffer(attrs, np.uint16) & _NORMAL) != 0).tolist()
-    return UgmEncoder(tokens, scores, normal, unk, charsmap, _as_bool(meta, _K + "add_space_prefix", True))
+    return UgmEncoder(tokens, scores, normal, unk, charsmap, add_space_prefix)
 
 
 def _token_attrs(meta: Mapping[str, Any], n: int) -> array:
@@ -383,7 +383,7 @@ def load_vocab(meta: Mapping[str, Any]) -> VocabData:
         if flag and special[name] is None:
             raise ValueError(f"{_K + key} is true, but {name} token id is not set")
     attrs = _token_attrs(meta, n)
-    texts, encoder = _texts_and_encoder(meta, model, tokens, spec, attrs)
+    texts, encoder = _texts_and_encoder(meta, model, tokens, spec, attrs, add_space_prefix)
     _auto_detect_specials(special, encoder.token_id, attrs)
     eog = _end_of_generation(special, encoder.token_id, texts, attrs)
     candidates = np.flatnonzero(np.frombuffer(attrs, np.uint16) & _SPECIAL_MASK).tolist()
