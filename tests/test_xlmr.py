@@ -1,6 +1,6 @@
 """XLM-RoBERTa (the bge-reranker family, bge-m3, multilingual-e5) against transformers: tiny
 random checkpoints with locally trained SentencePiece Unigram tokenizers (tests/xlmr_models.py),
-converted by our converter to F32. Token ids equal XLMRobertaTokenizerFast's on mixed text and on
+converted by our converter to F32 (and Q8_0 for the embedder). Token ids equal XLMRobertaTokenizerFast's on mixed text and on
 query/document pairs (with SentencePiece's precompiled NFKC charsmap and without one); rerank
 scores equal the classifier's logits; embeddings match transformers' pooled states."""
 from __future__ import annotations
@@ -18,14 +18,16 @@ _CACHE: dict = {}
 
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory):
-    def get(name: str):
+    def get(name: str, type_: str = "f32"):
         if name not in _CACHE:
             base = tmp_path_factory.mktemp(name)
-            hf_dir = build_xlmr(base / "hf", classifier=name.startswith("reranker"), charsmap=not name.endswith("plain"))
-            gguf = base / f"{name}.gguf"
-            convert(hf_dir, gguf, type="f32", progress=False)
-            _CACHE[name] = hf_dir, gguf
-        return _CACHE[name]
+            _CACHE[name] = build_xlmr(base / "hf", classifier=name.startswith("reranker"),
+                                      charsmap=not name.endswith("plain"))
+        if (name, type_) not in _CACHE:
+            gguf = _CACHE[name].parent / f"{name}-{type_}.gguf"
+            convert(_CACHE[name], gguf, type=type_, progress=False)
+            _CACHE[name, type_] = gguf
+        return _CACHE[name], _CACHE[name, type_]
     return get
 
 
@@ -69,14 +71,24 @@ def test_rerank_scores_equal_classifier_logits(converted, name):
         assert [r["index"] for r in results] == list(np.argsort(-ref, kind="stable"))
 
 
-@pytest.mark.parametrize("pooling", ["mean", "cls"])
-def test_embeddings_match_transformers(converted, pooling):
-    hf_dir, gguf = converted("embedder")
+@pytest.mark.parametrize("type_, pooling, floor", [("f32", "mean", 0.9999), ("f32", "cls", 0.9999),
+                                                   ("q8_0", "mean", 0.999)])
+def test_embeddings_match_transformers(converted, type_, pooling, floor):
+    hf_dir, gguf = converted("embedder", type_)
     llm = LLM(str(gguf), n_threads=2, n_ctx=512)
-    assert llm.embedder.pooling == "cls"          # XLMRobertaModel without a sentence-transformers pooling
+    assert llm.embedder.pooling == "mean"         # from modules.json via bert.pooling_type
     texts = [t for t in MIXED if t]
     ours = llm.embed(texts, pooling=pooling)
-    assert cosines(ours, hf_embeddings(hf_dir, texts, pooling)).min() >= 0.9999
+    assert cosines(ours, hf_embeddings(hf_dir, texts, pooling)).min() >= floor
+
+
+def test_embeddings_match_sentence_transformers(converted):
+    from sentence_transformers import SentenceTransformer
+    hf_dir, gguf = converted("embedder")
+    texts = [t for t in MIXED if t]
+    ours = LLM(str(gguf), n_threads=2, n_ctx=512).embed(texts)
+    ref = SentenceTransformer(str(hf_dir), device="cpu").encode(texts, normalize_embeddings=True)
+    assert cosines(ours, ref).min() >= 0.9999
 
 
 def test_positions_are_offset_and_the_context_is_what_remains(converted):

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import torch
 
+from embed_models import declare_pooling
+
 XLMR = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
             max_position_embeddings=130, type_vocab_size=1, layer_norm_eps=1e-5, pad_token_id=1,
             bos_token_id=0, eos_token_id=2)
@@ -70,7 +72,8 @@ def _unigram_tokenizer(out: Path) -> None:
 
 
 def build_xlmr(out: Path, classifier: bool, charsmap: bool = True) -> Path:
-    """A tiny random XLM-R (embedder with the pooler, or a one-label reranker) beside its tokenizer."""
+    """A tiny random XLM-R (an embedder declaring mean pooling, or a one-label reranker) beside
+    its tokenizer."""
     import transformers as tf
     out.mkdir(parents=True, exist_ok=True)
     if charsmap:
@@ -81,6 +84,9 @@ def build_xlmr(out: Path, classifier: bool, charsmap: bool = True) -> Path:
     torch.manual_seed(3 if classifier else 4)
     config = tf.XLMRobertaConfig(**XLMR, vocab_size=n_vocab, num_labels=1)
     config.initializer_range = 0.2      # weights large enough that the layers matter
-    model = tf.XLMRobertaForSequenceClassification(config) if classifier else tf.XLMRobertaModel(config)
-    model.save_pretrained(out)
+    if classifier:
+        tf.XLMRobertaForSequenceClassification(config).save_pretrained(out)
+    else:   # with its pooler, and mean pooling declared as multilingual-e5 declares it
+        tf.XLMRobertaModel(config).save_pretrained(out)
+        declare_pooling(out, XLMR["hidden_size"], "mean")
     return out
