@@ -121,3 +121,21 @@ def test_converter_refuses_what_it_cannot_write(converted, tmp_path):
     (bad / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 2}))
     with pytest.raises(CheckpointError, match="max_position_embeddings 2 leaves no position"):
         convert(bad, tmp_path / "bad.gguf", type="f32", progress=False)
+
+
+def test_rerank_over_http(converted):
+    """`localllm serve` with the XLM-R reranker: /v1/rerank answers transformers' logits, and the
+    usage counts the <s> q </s></s> d </s> tokens."""
+    import httpx
+
+    from serving import LiveServer
+    hf_dir, gguf = converted("reranker")
+    query, documents = PAIRS[0]
+    ref = hf_rerank_logits(hf_dir, query, documents)
+    n_tokens = sum(len(hf_tokenizer(hf_dir)(query, d)["input_ids"]) for d in documents)
+    with LiveServer(gguf, "-c", "512") as srv:
+        r = httpx.post(f"{srv.url}/v1/rerank", json={"query": query, "documents": documents}, timeout=60).json()
+    assert [x["index"] for x in r["results"]] == list(np.argsort(-ref, kind="stable"))
+    for x in r["results"]:
+        assert abs(x["relevance_score"] - ref[x["index"]]) < 1e-3
+    assert r["usage"]["total_tokens"] == n_tokens
