@@ -11,7 +11,7 @@ import pytest
 from embed_models import cosines, hf_embeddings, hf_rerank_logits, hf_tokenizer
 from localllm import LLM
 from localllm_convert import convert
-from xlmr_models import MIXED, PAIRS, XLMR, build_xlmr
+from xlmr_models import MIXED, PAIRS, XLMR, as_llamacpp_writes, build_xlmr
 
 _CACHE: dict = {}
 
@@ -139,3 +139,18 @@ def test_rerank_over_http(converted):
     for x in r["results"]:
         assert abs(x["relevance_score"] - ref[x["index"]]) < 1e-3
     assert r["usage"]["total_tokens"] == n_tokens
+
+
+def test_a_file_as_llamacpp_writes_it(converted, tmp_path):
+    """No pooling key (a classifier head makes it a reranker) and remove_extra_whitespaces false
+    (whitespace runs still split words, as transformers tokenizes)."""
+    hf_dir, gguf = converted("reranker")
+    llm = LLM(str(as_llamacpp_writes(gguf, tmp_path / "llamacpp-style.gguf")), n_threads=2, n_ctx=512)
+    assert llm.gguf.get("bert.pooling_type") is None and llm.embedder.pooling == "rank"
+    assert llm.gguf.get("tokenizer.ggml.remove_extra_whitespaces") is False
+    tok = hf_tokenizer(hf_dir)
+    for text in MIXED:
+        assert llm.tokenize(text) == tok(text)["input_ids"], text
+    query, documents = PAIRS[1]
+    scores = [r["relevance_score"] for r in sorted(llm.rerank(query, documents), key=lambda r: r["index"])]
+    np.testing.assert_allclose(scores, hf_rerank_logits(hf_dir, query, documents), atol=1e-3)

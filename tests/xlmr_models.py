@@ -90,3 +90,33 @@ def build_xlmr(out: Path, classifier: bool, charsmap: bool = True) -> Path:
         tf.XLMRobertaModel(config).save_pretrained(out)
         declare_pooling(out, XLMR["hidden_size"], "mean")
     return out
+
+
+def as_llamacpp_writes(src: Path, dst: Path) -> Path:
+    """An F32 file of ours with the keys as llama.cpp's convert_hf_to_gguf.py writes an XLM-R
+    reranker (compared key by key on 2026-12-06): no pooling type (its server is told
+    --reranking), no cls_token_id, and remove_extra_whitespaces from tokenizer_config's
+    clean_up_tokenization_spaces, false for a tokenizer saved by transformers 5."""
+    import gguf
+    import numpy as np
+    reader = gguf.GGUFReader(str(src))
+    writer = gguf.GGUFWriter(str(dst), arch="bert")
+    dropped = {"bert.pooling_type", "tokenizer.ggml.cls_token_id", "general.architecture"}
+    for key, field in reader.fields.items():
+        if key.startswith("GGUF.") or key in dropped:
+            continue
+        value = field.contents()
+        if key == "tokenizer.ggml.remove_extra_whitespaces":
+            value = False
+        if field.types[0] == gguf.GGUFValueType.ARRAY:
+            writer.add_key_value(key, value, field.types[0], sub_type=field.types[-1])
+        else:
+            writer.add_key_value(key, value, field.types[0])
+    for t in reader.tensors:
+        assert t.tensor_type == gguf.GGMLQuantizationType.F32, t.name
+        writer.add_tensor(t.name, np.array(t.data))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return dst
