@@ -55,11 +55,11 @@ def build_bert(out: Path, cased: bool = False) -> Path:
     config.initializer_range = 0.2      # weights large enough that the layers matter
     tf.BertModel(config, add_pooling_layer=False).save_pretrained(out)
     _tokenizer_files(out, cased)
-    _declare_pooling(out, BERT["hidden_size"], "mean")
+    declare_pooling(out, BERT["hidden_size"], "mean")
     return out
 
 
-def _declare_pooling(out: Path, hidden: int, mode: str) -> None:
+def declare_pooling(out: Path, hidden: int, mode: str) -> None:
     """modules.json and 1_Pooling/config.json as sentence-transformers saves them."""
     (out / "modules.json").write_text(json.dumps([
         {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
@@ -83,7 +83,7 @@ def build_nomic(out: Path) -> Path:
     config.initializer_range = 0.1
     tf.NomicBertModel(config).save_pretrained(out)
     _tokenizer_files(out)
-    _declare_pooling(out, 64, "mean")
+    declare_pooling(out, 64, "mean")
     return out
 
 
@@ -91,7 +91,7 @@ def build_qwen3_embedder(out: Path) -> Path:
     """A tiny random Qwen3 declaring last-token pooling (Qwen3-Embedding's layout)."""
     from tiny_checkpoints import build
     build("qwen3", None, out)
-    _declare_pooling(out, 128, "last")
+    declare_pooling(out, 128, "last")
     return out
 
 

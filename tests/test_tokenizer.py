@@ -318,6 +318,8 @@ def test_spm_piece_cutting_is_exact():
 def test_bad_input():
     meta = metadata("smollm2-135m-q4_1")
     with pytest.raises(ValueError, match="tokenizer.ggml.model"):
+        Tokenizer.from_gguf_metadata({**meta, "tokenizer.ggml.model": "rwkv"})
+    with pytest.raises(ValueError, match="tokenizer.ggml.scores"):      # a Unigram vocabulary needs them
         Tokenizer.from_gguf_metadata({**meta, "tokenizer.ggml.model": "t5"})
     with pytest.raises(ValueError, match="pre-tokenizer"):
         Tokenizer.from_gguf_metadata({**meta, "tokenizer.ggml.pre": "no-such-pre"})

@@ -41,7 +41,7 @@ def looks_special(token: str) -> bool:
 
 @dataclass
 class Vocab:
-    model: str                                   # tokenizer.ggml.model: "gpt2" or "llama"
+    model: str                                   # tokenizer.ggml.model: "gpt2", "llama", "bert", "t5"
     pre: str                                     # tokenizer.ggml.pre
     tokens: list[str]
     types: list[int]
@@ -52,6 +52,8 @@ class Vocab:
     chat_template: str | None = None
     add_space_prefix: bool | None = None
     lowercase: bool | None = None                # WordPiece (bert): tokenizer.ggml.normalizer.lowercase
+    precompiled_charsmap: bytes | None = None    # Unigram (t5): SentencePiece's normalization rules
+    remove_extra_whitespaces: bool | None = None  # Unigram (t5): split on whitespace runs
 
     def write(self, writer) -> None:
         """Add the tokenizer.* keys to a gguf.GGUFWriter."""
@@ -82,6 +84,10 @@ class Vocab:
             writer.add_bool("tokenizer.ggml.normalizer.lowercase", self.lowercase)
         if self.add_space_prefix is not None:
             writer.add_add_space_prefix(self.add_space_prefix)
+        if self.remove_extra_whitespaces is not None:
+            writer.add_remove_extra_whitespaces(self.remove_extra_whitespaces)
+        if self.precompiled_charsmap:
+            writer.add_precompiled_charsmap(self.precompiled_charsmap)
         if self.chat_template:
             writer.add_chat_template(self.chat_template)
 

@@ -50,16 +50,19 @@ class Embedder:
         self.arch: str = hp["arch"]
         self.n_embd: int = hp["n_embd"]
         self.n_type: int = hp.get("n_type", 0)
+        names = {t.name for t in llm.gguf.tensors}
         value = llm.gguf.get(f"{self.arch}.pooling_type")
-        if value is None:   # decoders without the key: not made for embeddings
-            value = POOLING_TYPES["none"]
+        if value is None:
+            # llama.cpp's converter writes no pooling for a sequence classifier (its server is told
+            # --reranking): the classifier head says what it is. Decoders without the key are not
+            # made for embeddings.
+            value = POOLING_TYPES["rank" if "cls.output.weight" in names else "none"]
         if value not in _POOLING_NAMES:
             raise EmbeddingError(f"{self.arch}.pooling_type = {value!r} is not a known pooling type "
                                  f"(0-4: {', '.join(POOLING_TYPES)})")
         self.pooling: str = _POOLING_NAMES[value]
         # Learned absolute positions (bert) end at the model's trained context.
         limit = llm.n_ctx
-        names = {t.name for t in llm.gguf.tensors}
         if self._model.bidirectional and "position_embd.weight" in names:
             limit = min(limit, hp["n_ctx_train"])
         self.max_tokens: int = limit
@@ -95,11 +98,13 @@ class Embedder:
         return out
 
     def pair(self, query: str, document: str, truncate: bool, what: str) -> tuple[list[int], list[int]]:
-        """A cross-encoder's input: [CLS] query [SEP] document [SEP], token types 0 then 1."""
+        """A cross-encoder's input as llama.cpp builds it from the vocabulary's flags: BOS query EOS
+        (SEP where add_sep) document EOS, i.e. [CLS] q [SEP] d [SEP] for BERT and <s> q </s></s> d
+        </s> for XLM-R; token types 0 then 1 where the model has two."""
         tok = self._llm.tokenizer
         q = self._llm.tokenize(query, add_special=False)
         d = self._llm.tokenize(document, add_special=False)
-        head = [tok.bos_id] + q + [tok.eos_id]
+        head = [tok.bos_id] + q + [tok.eos_id] + ([tok.sep_id] if tok.add_sep else [])
         room = self.max_tokens - len(head) - 1
         if len(d) > room:
             if not truncate or room < 1:

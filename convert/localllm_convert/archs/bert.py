@@ -61,9 +61,11 @@ class BertConverter(ArchConverter):
     gguf_arch = "bert"
     prefix = "bert."
 
+    classifier_tensors = _CLASSIFIER_TENSORS
+
     @property
     def classifier(self) -> bool:
-        return self.ckpt.architecture == "BertForSequenceClassification"
+        return self.ckpt.architecture.endswith("ForSequenceClassification")
 
     def read_hparams(self) -> HParams:
         c = self.config
@@ -96,8 +98,8 @@ class BertConverter(ArchConverter):
             return None
         if name in _MODEL_TENSORS:
             return _MODEL_TENSORS[name]
-        if name in _CLASSIFIER_TENSORS:
-            return _CLASSIFIER_TENSORS[name] if self.classifier else None
+        if name in self.classifier_tensors:
+            return self.classifier_tensors[name] if self.classifier else None
         m = re.match(r"encoder\.layer\.(\d+)\.(.+)$", name)
         if m and int(m.group(1)) < self.hp.n_layer and m.group(2) in _LAYER_TENSORS:
             return f"blk.{m.group(1)}.{_LAYER_TENSORS[m.group(2)]}"
@@ -122,7 +124,7 @@ class BertConverter(ArchConverter):
     def required_names(self) -> list[str]:
         names = [n for n in _MODEL_TENSORS.values() if n != "token_types.weight"]
         if self.classifier:
-            names += list(_CLASSIFIER_TENSORS.values())
+            names += list(self.classifier_tensors.values())
         for i in range(self.hp.n_layer):
             names += [f"blk.{i}.{s}" for s in _LAYER_TENSORS.values()]
         return names

@@ -23,6 +23,7 @@ from typing import Any, Union
 from .bpe import BpeMerger
 from .pretok import UNICODE_TO_BYTE, bytes_to_unicode_text, split_words
 from .spm import SpmEncoder
+from .ugm import UgmEncoder
 from .wpm import WpmEncoder
 from .vocab import TokenAttr, VocabData, load_vocab
 
@@ -50,11 +51,11 @@ class Tokenizer:
         self._candidates: dict[bool, list[tuple[int, str, int]]] = {}
         self._spm: SpmEncoder | None = None
         self._bpe: BpeMerger | None = None
-        self._wpm: WpmEncoder | None = None
+        self._text_encoder: WpmEncoder | UgmEncoder | None = None   # fragment text -> ids
         if isinstance(vocab.encoder, SpmEncoder):
             self._spm = vocab.encoder
-        elif isinstance(vocab.encoder, WpmEncoder):
-            self._wpm = vocab.encoder
+        elif isinstance(vocab.encoder, (WpmEncoder, UgmEncoder)):
+            self._text_encoder = vocab.encoder
         else:
             self._bpe = vocab.encoder
         self.chat_template: str | None = None
@@ -88,7 +89,8 @@ class Tokenizer:
 
     @property
     def model(self) -> str:
-        """``"llama"`` (SentencePiece-style) or ``"gpt2"`` (byte-level BPE)."""
+        """``"llama"`` (SentencePiece-style), ``"gpt2"`` (byte-level BPE), ``"bert"`` (WordPiece)
+        or ``"t5"`` (Unigram)."""
         return self._v.model
 
     @property
@@ -130,6 +132,16 @@ class Tokenizer:
     def add_eos(self) -> bool:
         """Whether encode(add_special=True) appends EOS."""
         return self._v.add_eos
+
+    @property
+    def sep_id(self) -> int | None:
+        """Separator id (None if the vocabulary has none)."""
+        return self._v.special["sep"]
+
+    @property
+    def add_sep(self) -> bool:
+        """Whether a text pair gets SEP after the first text's EOS (XLM-R: <s> A </s></s> B </s>)."""
+        return self._v.add_sep
 
     @property
     def bos_token(self) -> str:
@@ -177,9 +189,9 @@ class Tokenizer:
         fragments = self._partition(text, parse_special) if text else []
         if self._spm is not None:
             self._encode_spm(text, fragments, out)
-        elif self._wpm is not None:
+        elif self._text_encoder is not None:
             for frag in fragments:
-                out.extend([frag] if isinstance(frag, int) else self._wpm.encode(text[frag[0]:frag[1]]))
+                out.extend([frag] if isinstance(frag, int) else self._text_encoder.encode(text[frag[0]:frag[1]]))
         else:
             for frag in fragments:
                 if isinstance(frag, int):
@@ -287,7 +299,7 @@ class Tokenizer:
         if attr & (_RENDERED_SPECIAL | TokenAttr.USER_DEFINED):
             return utf8
         if attr & TokenAttr.NORMAL:
-            if self._v.model in ("llama", "bert"):
+            if self._v.model in ("llama", "bert", "t5"):
                 return utf8.replace(_SPACE_ESCAPE_UTF8, b" ")
             return _byte_level_decode(utf8.decode("utf-8", "surrogatepass"))
         if attr & TokenAttr.BYTE:

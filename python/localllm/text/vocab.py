@@ -26,6 +26,7 @@ import numpy as np
 from .bpe import BpeMerger
 from .pretok import PreTokenizerSpec, pre_tokenizer_spec
 from .spm import SpmEncoder
+from .ugm import UgmEncoder
 from .wpm import WpmEncoder
 
 __all__ = ["PackedTexts", "TokenAttr", "VocabData", "load_vocab"]
@@ -129,20 +130,21 @@ class PackedTexts(Sequence[bytes]):
         return self._blob[self._starts[i]:self._starts[i + 1]]
 
 
-Encoder = Union[SpmEncoder, BpeMerger, WpmEncoder]
+Encoder = Union[SpmEncoder, BpeMerger, WpmEncoder, UgmEncoder]
 
 
 @dataclass
 class VocabData:
     """Everything the tokenizer needs from the metadata, llama.cpp-normalised."""
 
-    model: str                       # "llama" (SPM), "gpt2" (BPE) or "bert" (WordPiece)
+    model: str                       # "llama" (SPM), "gpt2" (BPE), "bert" (WordPiece) or "t5" (Unigram)
     pre: str
     tokens: Sequence[bytes]          # UTF-8 text per id (surrogatepass for lone surrogates)
     attrs: array                     # TokenAttr bits per id ('H': all bits fit in 10)
     special: dict[str, int | None]   # bos, eos, eot, eom, unk, sep, pad, mask, fim_*
     add_bos: bool
     add_eos: bool
+    add_sep: bool                    # a pair is BOS A EOS SEP B EOS, not BOS A EOS B EOS
     add_space_prefix: bool
     clean_spaces: bool
     pre_spec: PreTokenizerSpec | None
@@ -221,6 +223,8 @@ def _read_special_ids(meta: Mapping[str, Any], model: str, n: int,
         sep = _scalar(meta, _K + "seperator_token_id")
         if isinstance(sep, int) and not isinstance(sep, bool) and 0 <= sep < n:
             special["eos"] = sep
+    elif model == "t5":     # llama.cpp's UGM defaults (T5); XLM-R files name theirs
+        special.update(bos=None, eos=1, unk=2, pad=0)
     else:
         special.update(bos=None if spec and spec.no_default_bos else 11, eos=11)
     for name, key in _SPECIAL_KEYS:
@@ -298,8 +302,8 @@ def _apply_name_fixups(meta: Mapping[str, Any], vd: VocabData) -> None:
         vd.attrs[tid_of("[MASK]")] |= _LSTRIP
 
 
-def _texts_and_encoder(meta: Mapping[str, Any], model: str, tokens: list[str],
-                       spec: PreTokenizerSpec | None) -> tuple[Sequence[bytes], Encoder]:
+def _texts_and_encoder(meta: Mapping[str, Any], model: str, tokens: list[str], spec: PreTokenizerSpec | None,
+                       attrs: array, add_space_prefix: bool) -> tuple[Sequence[bytes], Encoder]:
     """Token texts as UTF-8, and the encoder holding the text -> id table (first id wins)."""
     n = len(tokens)
     if model == "llama":
@@ -315,12 +319,32 @@ def _texts_and_encoder(meta: Mapping[str, Any], model: str, tokens: list[str],
         return ([t.encode("utf-8", "surrogatepass") for t in tokens],
                 WpmEncoder(token_ids, unk if isinstance(unk, int) and 0 <= unk < n else None,
                            _as_bool(meta, _K + "normalizer.lowercase", True)))
+    if model == "t5":
+        return [t.encode("utf-8", "surrogatepass") for t in tokens], _ugm_encoder(meta, tokens, attrs, add_space_prefix)
     merges = meta.get(_K + "merges")
     if merges is None:
         raise ValueError("BPE (gpt2) tokenizer metadata has no tokenizer.ggml.merges")
     merges = merges.tolist() if isinstance(merges, np.ndarray) else list(merges)
     # The text -> id table lives in the C++ merger only.
     return PackedTexts(tokens), BpeMerger(tokens, merges, spec.ignore_merges)
+
+
+def _ugm_encoder(meta: Mapping[str, Any], tokens: list[str], attrs: array, add_space_prefix: bool) -> UgmEncoder:
+    n = len(tokens)
+    scores = _number_array(meta, _K + "scores", n, np.float32)
+    if scores is None:
+        raise ValueError("Unigram (t5) tokenizer metadata has no tokenizer.ggml.scores")
+    unk = _scalar(meta, _K + "unknown_token_id", 2)
+    if isinstance(unk, bool) or not isinstance(unk, int) or not 0 <= unk < n:
+        raise ValueError(f"tokenizer.ggml.unknown_token_id {unk!r} is not a token of the {n}")
+    charsmap = meta.get(_K + "precompiled_charsmap")
+    if charsmap is not None:
+        try:
+            charsmap = np.asarray(charsmap).astype(np.uint8, casting="unsafe").tobytes()
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"tokenizer.ggml.precompiled_charsmap must be a byte array: {exc}") from None
+    normal = ((np.frombuffer(attrs, np.uint16) & _NORMAL) != 0).tolist()
+    return UgmEncoder(tokens, scores, normal, unk, charsmap, add_space_prefix)
 
 
 def _token_attrs(meta: Mapping[str, Any], n: int) -> array:
@@ -335,8 +359,8 @@ def _token_attrs(meta: Mapping[str, Any], n: int) -> array:
 def load_vocab(meta: Mapping[str, Any]) -> VocabData:
     """Interpret GGUF ``tokenizer.*`` metadata the way llama.cpp's vocabulary loader does."""
     model = _scalar(meta, _K + "model")
-    if model not in ("llama", "gpt2", "bert"):
-        raise ValueError(f"unsupported tokenizer.ggml.model {model!r} (supported: llama, gpt2, bert)")
+    if model not in ("llama", "gpt2", "bert", "t5"):
+        raise ValueError(f"unsupported tokenizer.ggml.model {model!r} (supported: llama, gpt2, bert, t5)")
     pre = _scalar(meta, _K + "pre", "") or ""
     spec = pre_tokenizer_spec(pre) if model == "gpt2" else None
     tokens = _token_list(meta)
@@ -344,24 +368,28 @@ def load_vocab(meta: Mapping[str, Any]) -> VocabData:
     special = _read_special_ids(meta, model, n, spec)
     if model == "llama":
         add_bos, add_space_prefix, clean_spaces = True, True, False
+    elif model == "t5":
+        add_bos, add_space_prefix, clean_spaces = False, True, False
     elif model == "bert":
         add_bos, add_space_prefix, clean_spaces = True, False, True
     else:
         add_bos, add_space_prefix, clean_spaces = spec.add_bos, False, spec.clean_spaces
     add_space_prefix = _as_bool(meta, _K + "add_space_prefix", add_space_prefix)
     add_bos = _as_bool(meta, _K + "add_bos_token", add_bos)
-    add_eos = _as_bool(meta, _K + "add_eos_token", model == "bert")
-    for flag, name, key in ((add_bos, "bos", "add_bos_token"), (add_eos, "eos", "add_eos_token")):
+    add_eos = _as_bool(meta, _K + "add_eos_token", model in ("bert", "t5"))
+    add_sep = _as_bool(meta, _K + "add_sep_token", False)
+    for flag, name, key in ((add_bos, "bos", "add_bos_token"), (add_eos, "eos", "add_eos_token"),
+                            (add_sep, "sep", "add_sep_token")):
         if flag and special[name] is None:
             raise ValueError(f"{_K + key} is true, but {name} token id is not set")
     attrs = _token_attrs(meta, n)
-    texts, encoder = _texts_and_encoder(meta, model, tokens, spec)
+    texts, encoder = _texts_and_encoder(meta, model, tokens, spec, attrs, add_space_prefix)
     _auto_detect_specials(special, encoder.token_id, attrs)
     eog = _end_of_generation(special, encoder.token_id, texts, attrs)
     candidates = np.flatnonzero(np.frombuffer(attrs, np.uint16) & _SPECIAL_MASK).tolist()
     cache = sorted(candidates, key=lambda i: (-len(texts[i]), i))
     vd = VocabData(model=model, pre=pre, tokens=texts, attrs=attrs, special=special,
-                   add_bos=add_bos, add_eos=add_eos, add_space_prefix=add_space_prefix,
+                   add_bos=add_bos, add_eos=add_eos, add_sep=add_sep, add_space_prefix=add_space_prefix,
                    clean_spaces=clean_spaces, pre_spec=spec, encoder=encoder, eog_ids=eog,
                    special_cache=cache)
     _apply_name_fixups(meta, vd)
