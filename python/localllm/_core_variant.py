@@ -5,7 +5,8 @@ was built on (-march=native). The portable build (CMake LOCALLLM_PORTABLE=ON: th
 docs/install.md) has one per CPU level under _variants/<name>/, each the whole core compiled with
 its own -march, and a probe compiled for plain x86-64 that says which of them this CPU and OS run
 (CPUID and XGETBV). `select()` puts the fastest runnable variant's folder first on the package's
-search path, so `from localllm import _core` (and `_harness`, when built) load from there.
+search path (on import of this module, which localllm/__init__.py does first), so
+`from localllm import _core` (and `_harness`, when built) load from there.
 
 LOCALLLM_VARIANT=baseline|avx2|avx512 picks one (tests run the lower variants on a faster CPU);
 naming one this CPU cannot run is an error, not a crash on the first unknown instruction.
@@ -13,6 +14,7 @@ naming one this CPU cannot run is an error, not a crash on the first unknown ins
 from __future__ import annotations
 
 import os
+import sys
 from importlib.machinery import EXTENSION_SUFFIXES, ExtensionFileLoader, FileFinder
 from importlib.util import module_from_spec
 from pathlib import Path
@@ -39,7 +41,7 @@ def choose(runnable: list[str], present: list[str], forced: str | None) -> str:
     if not usable:
         raise ImportError("localllm's portable build needs an x86-64-v2 CPU (SSE4.2, POPCNT, CX16) "
                           f"and this one is not (variants runnable here: {', '.join(runnable) or 'none'}); "
-                          "build localllm from source: pip install --no-binary localllm localllm")
+                          "build localllm from source instead (pip install . in its repository; docs/install.md)")
     return usable[-1]
 
 
@@ -62,3 +64,7 @@ def select(package_path: list[str]) -> str | None:
     loaded = choose(_probe_runnable(), present, os.environ.get("LOCALLLM_VARIANT"))
     package_path.insert(0, str(VARIANTS_DIR / loaded))
     return loaded
+
+
+# Imported by the package's __init__ before _core: the package is on sys.modules, its __path__ set.
+select(sys.modules[__package__].__path__)
