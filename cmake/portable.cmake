@@ -10,7 +10,13 @@
 # (SIGILL on an AVX2 CPU). Separate shared objects with hidden symbols cannot share copies, and
 # each variant's code is exactly the native build's for that level (FMA contraction in the norms,
 # RoPE and softmax included), so its results are bit-identical to a native build on such a CPU.
-set(LOCALLLM_VARIANTS baseline avx2 avx512)
+set(LOCALLLM_VARIANTS "baseline;avx2;avx512" CACHE STRING
+    "The portable build's variants (a wheel has all three; a test tree may leave out what its CPU cannot run)")
+foreach(variant ${LOCALLLM_VARIANTS})
+  if(NOT variant MATCHES "^(baseline|avx2|avx512)$")
+    message(FATAL_ERROR "LOCALLLM_VARIANTS: '${variant}' is no variant (baseline, avx2, avx512)")
+  endif()
+endforeach()
 set(LOCALLLM_VARIANT_FLAGS_baseline -march=x86-64-v2)
 set(LOCALLLM_VARIANT_FLAGS_avx2 -march=x86-64-v3)   # AVX2 + FMA + F16C + BMI1/2, LZCNT, MOVBE
 set(LOCALLLM_VARIANT_FLAGS_avx512 -march=x86-64-v4 -mavx512vnni -mavx512vbmi)   # F/BW/CD/DQ/VL + VNNI + VBMI
