@@ -60,7 +60,8 @@ def select(package_path: list[str]) -> str | None:
     global loaded
     if not VARIANTS_DIR.is_dir():
         return None
-    present = [v for v in VARIANTS if (VARIANTS_DIR / v).is_dir()]
+    present = [v for v in VARIANTS if any((VARIANTS_DIR / v / f"_core{suffix}").is_file()
+                                          for suffix in EXTENSION_SUFFIXES)]
     loaded = choose(_probe_runnable(), present, os.environ.get("LOCALLLM_VARIANT"))
     package_path.insert(0, str(VARIANTS_DIR / loaded))
     return loaded
