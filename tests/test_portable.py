@@ -6,8 +6,9 @@
   tests/portable_check.sh builds one):
   * no variant holds an instruction above its level (the disassembly's registers), so no code
     compiled for a higher level can reach a lower variant;
-  * each variant this CPU runs gives, at each kernel level it has, the logits of the native build
-    (-march=native) bit for bit, where the native build targets the same level;
+  * each variant this CPU runs gives, at its own kernel level, the logits of the native build
+    (-march=native) bit for bit, where the native build targets the same level (at capped levels
+    within the compiler tuning's FMA contraction, see the test);
   * under qemu-user, a CPU without AVX (Nehalem) loads the baseline variant and a CPU without
     AVX-512 (Haswell) the avx2 one, and each gives that variant's logits (run natively) bit for bit.
 """
@@ -113,7 +114,13 @@ def logits(out: Path, package: Path | None, prefix: tuple = (), **env: str) -> t
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_each_variant_gives_the_native_logits_at_each_level(package: Path, variant: str, tmp_path) -> None:
+def test_each_variant_gives_the_native_logits_at_its_level(package: Path, variant: str, tmp_path) -> None:
+    """At the variant's own kernel level (the one it runs uncapped) its logits are the native
+    build's bit for bit: the kernels are intrinsics, and the code around them is contracted into
+    FMA alike. At a capped level the scalar loops' FMA contraction follows the compiler's tuning:
+    -march=native on AMD Zen (-mtune=znver*) leaves FMA chains in loops uncontracted
+    (--param avoid-fma-max-bits=256), the variants' generic tuning contracts them, so there the
+    logits may differ in the last bits (5.7e-6 measured on Zen 3 with SmolLM2, 2026-12-06)."""
     if _core_variant.loaded is not None or _core.build_target() != variant:
         pytest.skip(f"the native build here targets {_core.build_target()}, not {variant}")
     if variant not in runnable_here(package):
@@ -123,7 +130,12 @@ def test_each_variant_gives_the_native_logits_at_each_level(package: Path, varia
         portable, info = logits(tmp_path / f"{variant}-{level}.npy", package, LOCALLLM_VARIANT=variant,
                                 LOCALLLM_ISA=level)
         assert info == [variant, variant, level]
-        assert native.shape[0] > 8 and np.array_equal(native, portable), level
+        assert native.shape[0] > 8
+        if level == LEVELS[variant][-1]:
+            assert np.array_equal(native, portable), level
+        else:
+            assert np.abs(native - portable).max() < 1e-4, level
+            assert np.array_equal(native.argmax(-1), portable.argmax(-1)), level
 
 
 @pytest.mark.slow
