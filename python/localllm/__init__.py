@@ -16,6 +16,7 @@ import sys as _sys
 if "numpy" not in _sys.modules:
     _os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
+from . import _core_variant  # noqa: E402, F401  (a portable build: puts the variant this CPU runs best first)
 from . import _core  # noqa: E402, F401  (loads the native core first)
 from .text.chat import ChatTemplateError, render_chat
 from .gguf import GGUFError, GGUFFile, model_summary

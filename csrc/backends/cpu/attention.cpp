@@ -31,8 +31,7 @@ void kv_write(KVCache& kv, int layer, const float* k, const float* v, const Batc
 
 bool attention_avx2_available() {
 #if LLL_ATTN_AVX2
-    static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
-    return ok && isa_available(Isa::AVX2);   // LOCALLLM_ISA may cap it
+    return isa_available(Isa::AVX2);   // the CPU has AVX2 + FMA + F16C; LOCALLLM_ISA may cap it
 #else
     return false;
 #endif
@@ -51,9 +50,7 @@ AttnKernel pick_attention_kernel(AttnKernel asked, bool avx512_fits, bool avx2_f
 
 bool attention_avx512_available() {
 #if LLL_ATTN_AVX512
-    static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-                           cpu_has_f16c();
-    return ok && isa_available(Isa::AVX512);   // LOCALLLM_ISA may cap it
+    return isa_available(Isa::AVX512);   // the CPU has F/DQ and F16C among more; LOCALLLM_ISA may cap it
 #else
     return false;
 #endif

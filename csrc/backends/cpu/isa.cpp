@@ -4,6 +4,7 @@
 #include <string.h>
 #include <stdexcept>
 #include <string>
+#include "backends/cpu/cpu_features.h"
 #include "backends/cpu/quants/dot/dot_impl.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -12,37 +13,7 @@
 
 namespace lll {
 
-// CPUID leaf 1, ECX bit 29. Asked directly: clang (14) does not know "f16c" as a
-// __builtin_cpu_supports feature, and the sanitizer build (tests/sanitize.sh) uses clang.
-bool cpu_has_f16c() {
-#if defined(__x86_64__) || defined(__i386__)
-    unsigned eax, ebx, ecx, edx;
-    return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C);
-#else
-    return false;
-#endif
-}
-
 namespace {
-
-bool cpu_has_avx2() {
-#if defined(__x86_64__) || defined(__i386__)
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
-#else
-    return false;
-#endif
-}
-
-bool cpu_has_avx512() {
-#if defined(__x86_64__) || defined(__i386__)
-    return cpu_has_avx2() && __builtin_cpu_supports("avx512f") &&
-           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni") &&
-           __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("bmi2");
-#else
-    return false;
-#endif
-}
 
 // LOCALLLM_ISA=scalar|avx2|avx512 caps the kernel level for the whole process, so that tests
 // can run the lower paths end to end on a machine that has the higher ones. -1: a value that

@@ -11,7 +11,6 @@ namespace lll {
 // Instruction-set level of a kernel. Scalar is always available.
 enum class Isa : int { Scalar = 0, AVX2 = 1, AVX512 = 2 };
 Isa best_isa();                      // the fastest level compiled in and supported by this CPU
-bool cpu_has_f16c();                 // the CPU converts F16 <-> F32 in hardware (CPUID)
 bool isa_available(Isa isa);         // compiled in and supported by this CPU
 const char* isa_name(Isa isa);
 // Whether the repacked decode kernels (1-3 rows) prefetch panels ahead in software (isa.cpp).
