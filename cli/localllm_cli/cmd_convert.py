@@ -8,9 +8,9 @@ __all__ = ["register", "run_convert", "print_result", "import_converter"]
 
 # The converter's packages (gguf, safetensors) come with the `convert` extra, so this module
 # imports the converter only when a conversion runs: every other command works without them.
-_TYPES_HELP = ("output type: f32, f16 (default), bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k_s, "
-               "q4_k_m, q5_k_s, q5_k_m, q6_k, iq4_nl, iq4_xs; the K-quant and IQ4 presets mix "
-               "types per tensor as llama.cpp does")
+_TYPES_HELP = ("output type: f32, f16 (default), bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q2_k_s, "
+               "q3_k_s, q3_k_m, q3_k_l, q4_k_s, q4_k_m, q5_k_s, q5_k_m, q6_k, iq4_nl, iq4_xs; the K-quant "
+               "and IQ4 presets mix types per tensor as llama.cpp does")
 
 
 def import_converter():
@@ -41,6 +41,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--vocab-only", action="store_true", help="write only metadata and vocabulary")
     p.add_argument("--dry-run", action="store_true",
                    help="check the checkpoint and print the plan (tensor types, sizes); write nothing")
+    p.add_argument("--imatrix", default=None, metavar="FILE",
+                   help="importance matrix (GGUF, from `localllm imatrix` or llama-imatrix): quantize "
+                        "importance-weighted, as llama-quantize --imatrix (q2_k_s needs one)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run_convert)
 
@@ -72,6 +75,6 @@ def run_convert(args: argparse.Namespace) -> int:
         raise ValueError(f"--threads must be >= 1, got {args.threads}")
     result = convert(args.hf_dir, args.outfile, type=args.type, threads=args.threads,
                      vocab_only=args.vocab_only, dry_run=args.dry_run,
-                     progress=False if args.quiet else None)
+                     progress=False if args.quiet else None, imatrix=args.imatrix)
     print_result(result, plan=args.dry_run)
     return 0

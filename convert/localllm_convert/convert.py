@@ -11,6 +11,7 @@ from .archs import converter_for
 from .checkpoint import Checkpoint
 from .filetypes import QT, QUANTIZATION_VERSION, preset
 from .quant_rules import choose_types
+from .weighting import add_imatrix_keys, check_needs_imatrix, imatrix_metadata, load_imatrix, tensor_importances
 from .writer import OutputTensor, write_gguf
 
 __all__ = ["convert", "ConvertResult", "PlanEntry"]
@@ -48,7 +49,7 @@ def _model_name(ckpt: Checkpoint) -> str:
 
 def convert(hf_dir: str | os.PathLike, out_path: str | os.PathLike | None, type: str = "f16",
             threads: int | None = None, vocab_only: bool = False, dry_run: bool = False,
-            progress: bool | None = None) -> ConvertResult:
+            progress: bool | None = None, imatrix: str | os.PathLike | None = None) -> ConvertResult:
     """Convert the checkpoint in ``hf_dir`` to a GGUF file at ``out_path``.
 
     Args:
@@ -60,6 +61,7 @@ def convert(hf_dir: str | os.PathLike, out_path: str | os.PathLike | None, type:
         vocab_only: write only the metadata and vocabulary (no tensors).
         dry_run: check everything and return the plan without writing.
         progress: tqdm progress bar (default: when stderr is a terminal).
+        imatrix: a GGUF imatrix file: quantize importance-weighted, as llama-quantize --imatrix.
 
     Raises:
         ValueError (CheckpointError, VocabError): bad or unsupported checkpoint.
@@ -71,11 +73,19 @@ def convert(hf_dir: str | os.PathLike, out_path: str | os.PathLike | None, type:
     arch = converter_for(ckpt)
     vocab = arch.vocab()
     planned = [] if vocab_only else arch.plan()
+    im = load_imatrix(imatrix) if imatrix is not None else None
     choices = choose_types([(p.name, p.shape, QT.F32) for p in planned], chosen_preset,
-                           arch.hp.n_layer, arch.hp.n_head // arch.hp.n_head_kv, getattr(arch, "n_expert", 0))
+                           arch.hp.n_layer, arch.hp.n_head // arch.hp.n_head_kv, getattr(arch, "n_expert", 0),
+                           has_imatrix=im is not None)
+    if im is None:
+        check_needs_imatrix(choices, chosen_preset)
+        importances = [None] * len(choices)
+    else:
+        importances = tensor_importances(choices, [p.shape for p in planned], [True] * len(choices),
+                                         chosen_preset, im)
     outputs = [OutputTensor(p.name, p.shape, c.qtype, p.load,
-                            p.source.nbytes if p.source is not None else 0)
-               for p, c in zip(planned, choices)]
+                            p.source.nbytes if p.source is not None else 0, importance=qw)
+               for p, c, qw in zip(planned, choices, importances)]
     result = ConvertResult(None, arch.gguf_arch, chosen_preset.name,
                            [PlanEntry(o.name, o.shape, o.qtype, o.nbytes, c.fallback_from)
                             for o, c in zip(outputs, choices)],
@@ -95,6 +105,8 @@ def convert(hf_dir: str | os.PathLike, out_path: str | os.PathLike | None, type:
         w.add_file_type(chosen_preset.ftype)
         w.add_quantization_version(QUANTIZATION_VERSION)
         vocab.write(w)
+        if im is not None:
+            add_imatrix_keys(w, imatrix_metadata(imatrix, im))
 
     result.output_bytes = write_gguf(out_path, arch.gguf_arch, add_metadata, outputs,
                                      threads=threads, progress=progress)

@@ -137,6 +137,11 @@ struct TypeTraits {
     // the level below. Null everywhere for types never used as activations.
     ActQuantFn act_quant[3];
     BseqFamily bseq;         // its block-sequential family: repacked into panels at load when not None
+    // Importance-weighted quantization of one row of n_per_row (llama-quantize --imatrix: ggml's
+    // quantize_<type> with quant_weights); importance = n_per_row floats, or nullptr for the
+    // unweighted quantizer's bytes. Null for types whose quantizer ignores importances.
+    void (*quantize_weighted)(const float* src, void* dst, int64_t n_per_row, const float* importance) = nullptr;
+    bool needs_importance = false;   // refuses to quantize without importances (llama.cpp's very low-bit types)
 
     constexpr bool repackable() const { return bseq != BseqFamily::None; }
 };

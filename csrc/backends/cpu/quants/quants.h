@@ -25,6 +25,12 @@ void dequantize_row(GGMLType type, const void* src, float* dst, int64_t n);
 // quantize_row_ref: n floats -> blocks, bit-exact with ggml's quantize_row_*_ref (and gguf-py).
 void quantize_row_ref(GGMLType type, const float* src, void* dst, int64_t n);
 bool can_quantize(GGMLType type);
+// quantize_row_weighted: one row of n floats -> blocks, weighted by `importance` (n floats: the
+// imatrix's per-column mean squared activation) as llama-quantize --imatrix does, byte for byte;
+// importance nullptr: quantize_row_ref's bytes. Types whose ggml quantizer ignores importances
+// (Q8_0, the float types) give quantize_row_ref's bytes either way; a type that needs
+// importances (TypeTraits::needs_importance) refuses nullptr with std::invalid_argument.
+void quantize_row_weighted(GGMLType type, const float* src, void* dst, int64_t n, const float* importance);
 
 // ---- activation quantization + dot products (csrc/backends/cpu/quants/dot/dot_*.cpp) ----
 // quantize_act_row: one activation row -> vec_dot_type blocks, as ggml's CPU backend does it

@@ -63,6 +63,12 @@ constexpr TypeTraits activation(TypeTraits t, ActQuantFn scalar, ActQuantFn avx2
     return t;
 }
 
+// `t` with an importance-weighted quantizer.
+constexpr TypeTraits weighted(TypeTraits t, void (*fn)(const float*, void*, int64_t, const float*)) {
+    t.quantize_weighted = fn;
+    return t;
+}
+
 using T = GGMLType;
 using B = BseqFamily;
 namespace s = kern::sets;
@@ -76,16 +82,16 @@ constexpr TypeTraits kTypes[] = {
     activation(plain(T::F16, "F16", 2, ref::dequantize_f16, ref::quantize_f16, s::scalar_f16, AVX2_SET(f16),
                      AVX512_SET(f16)),
                a::scalar_f16, AVX2_ACT(f16), AVX512_ACT(f16)),
-    quant(T::Q4_0, "Q4_0", QK4_0, sizeof(block_q4_0), T::Q8_0, ref::dequantize_q4_0, ref::quantize_q4_0,
-          s::scalar_q4_0, AVX2_SET(q4_0), AVX512_SET(q4_0), B::Legacy),
-    quant(T::Q4_1, "Q4_1", QK4_1, sizeof(block_q4_1), T::Q8_1, ref::dequantize_q4_1, ref::quantize_q4_1,
-          s::scalar_q4_1, AVX2_SET(q4_1), AVX512_SET(q4_1), B::LegacyMin),
+    weighted(quant(T::Q4_0, "Q4_0", QK4_0, sizeof(block_q4_0), T::Q8_0, ref::dequantize_q4_0, ref::quantize_q4_0,
+          s::scalar_q4_0, AVX2_SET(q4_0), AVX512_SET(q4_0), B::Legacy), ref::quantize_weighted_q4_0),
+    weighted(quant(T::Q4_1, "Q4_1", QK4_1, sizeof(block_q4_1), T::Q8_1, ref::dequantize_q4_1, ref::quantize_q4_1,
+          s::scalar_q4_1, AVX2_SET(q4_1), AVX512_SET(q4_1), B::LegacyMin), ref::quantize_weighted_q4_1),
     unsupported(4, "Q4_2"),
     unsupported(5, "Q4_3"),
-    quant(T::Q5_0, "Q5_0", QK5_0, sizeof(block_q5_0), T::Q8_0, ref::dequantize_q5_0, ref::quantize_q5_0,
-          s::scalar_q5_0, AVX2_SET(q5_0), AVX512_SET(q5_0), B::Legacy),
-    quant(T::Q5_1, "Q5_1", QK5_1, sizeof(block_q5_1), T::Q8_1, ref::dequantize_q5_1, ref::quantize_q5_1,
-          s::scalar_q5_1, AVX2_SET(q5_1), AVX512_SET(q5_1), B::LegacyMin),
+    weighted(quant(T::Q5_0, "Q5_0", QK5_0, sizeof(block_q5_0), T::Q8_0, ref::dequantize_q5_0, ref::quantize_q5_0,
+          s::scalar_q5_0, AVX2_SET(q5_0), AVX512_SET(q5_0), B::Legacy), ref::quantize_weighted_q5_0),
+    weighted(quant(T::Q5_1, "Q5_1", QK5_1, sizeof(block_q5_1), T::Q8_1, ref::dequantize_q5_1, ref::quantize_q5_1,
+          s::scalar_q5_1, AVX2_SET(q5_1), AVX512_SET(q5_1), B::LegacyMin), ref::quantize_weighted_q5_1),
     activation(quant(T::Q8_0, "Q8_0", QK8_0, sizeof(block_q8_0), T::Q8_0, ref::dequantize_q8_0,
                      ref::quantize_q8_0, s::scalar_q8_0, AVX2_SET(q8_0), AVX512_SET(q8_0), B::Legacy),
                a::scalar_q8_0, AVX2_ACT(q8_0), AVX512_ACT(q8_0)),
@@ -93,16 +99,16 @@ constexpr TypeTraits kTypes[] = {
     activation(quant(T::Q8_1, "Q8_1", QK8_1, sizeof(block_q8_1), T::Q8_1, ref::dequantize_q8_1,
                      ref::quantize_q8_1, nullptr, nullptr, nullptr, B::None),
                a::scalar_q8_1, AVX2_ACT(q8_1), AVX512_ACT(q8_1)),
-    quant(T::Q2_K, "Q2_K", QK_K, sizeof(block_q2_K), T::Q8_K, ref::dequantize_q2_K, ref::quantize_q2_K,
-          s::scalar_q2_K, AVX2_SET(q2_K), AVX512_SET(q2_K), B::None),
-    quant(T::Q3_K, "Q3_K", QK_K, sizeof(block_q3_K), T::Q8_K, ref::dequantize_q3_K, ref::quantize_q3_K,
-          s::scalar_q3_K, AVX2_SET(q3_K), AVX512_SET(q3_K), B::None),
-    quant(T::Q4_K, "Q4_K", QK_K, sizeof(block_q4_K), T::Q8_K, ref::dequantize_q4_K, ref::quantize_q4_K,
-          s::scalar_q4_K, AVX2_SET(q4_K), AVX512_SET(q4_K), B::KQuant),
-    quant(T::Q5_K, "Q5_K", QK_K, sizeof(block_q5_K), T::Q8_K, ref::dequantize_q5_K, ref::quantize_q5_K,
-          s::scalar_q5_K, AVX2_SET(q5_K), AVX512_SET(q5_K), B::KQuant),
-    quant(T::Q6_K, "Q6_K", QK_K, sizeof(block_q6_K), T::Q8_K, ref::dequantize_q6_K, ref::quantize_q6_K,
-          s::scalar_q6_K, AVX2_SET(q6_K), AVX512_SET(q6_K), B::Q6K),
+    weighted(quant(T::Q2_K, "Q2_K", QK_K, sizeof(block_q2_K), T::Q8_K, ref::dequantize_q2_K, ref::quantize_q2_K,
+          s::scalar_q2_K, AVX2_SET(q2_K), AVX512_SET(q2_K), B::None), ref::quantize_weighted_q2_K),
+    weighted(quant(T::Q3_K, "Q3_K", QK_K, sizeof(block_q3_K), T::Q8_K, ref::dequantize_q3_K, ref::quantize_q3_K,
+          s::scalar_q3_K, AVX2_SET(q3_K), AVX512_SET(q3_K), B::None), ref::quantize_weighted_q3_K),
+    weighted(quant(T::Q4_K, "Q4_K", QK_K, sizeof(block_q4_K), T::Q8_K, ref::dequantize_q4_K, ref::quantize_q4_K,
+          s::scalar_q4_K, AVX2_SET(q4_K), AVX512_SET(q4_K), B::KQuant), ref::quantize_weighted_q4_K),
+    weighted(quant(T::Q5_K, "Q5_K", QK_K, sizeof(block_q5_K), T::Q8_K, ref::dequantize_q5_K, ref::quantize_q5_K,
+          s::scalar_q5_K, AVX2_SET(q5_K), AVX512_SET(q5_K), B::KQuant), ref::quantize_weighted_q5_K),
+    weighted(quant(T::Q6_K, "Q6_K", QK_K, sizeof(block_q6_K), T::Q8_K, ref::dequantize_q6_K, ref::quantize_q6_K,
+          s::scalar_q6_K, AVX2_SET(q6_K), AVX512_SET(q6_K), B::Q6K), ref::quantize_weighted_q6_K),
     activation(quant(T::Q8_K, "Q8_K", QK_K, sizeof(block_q8_K), T::Q8_K, ref::dequantize_q8_K,
                      ref::quantize_q8_K, nullptr, nullptr, nullptr, B::None),
                a::scalar_q8_K, AVX2_ACT(q8_K), AVX512_ACT(q8_K)),
@@ -110,12 +116,12 @@ constexpr TypeTraits kTypes[] = {
     unsupported(17, "IQ2_XS"),
     unsupported(18, "IQ3_XXS"),
     unsupported(19, "IQ1_S"),
-    quant(T::IQ4_NL, "IQ4_NL", QK4_NL, sizeof(block_iq4_nl), T::Q8_0, ref::dequantize_iq4_nl,
-          ref::quantize_iq4_nl, s::scalar_iq4_nl, AVX2_SET(iq4_nl), nullptr, B::None),
+    weighted(quant(T::IQ4_NL, "IQ4_NL", QK4_NL, sizeof(block_iq4_nl), T::Q8_0, ref::dequantize_iq4_nl,
+          ref::quantize_iq4_nl, s::scalar_iq4_nl, AVX2_SET(iq4_nl), nullptr, B::None), ref::quantize_weighted_iq4_nl),
     unsupported(21, "IQ3_S"),
     unsupported(22, "IQ2_S"),
-    quant(T::IQ4_XS, "IQ4_XS", QK_K, sizeof(block_iq4_xs), T::Q8_K, ref::dequantize_iq4_xs,
-          ref::quantize_iq4_xs, s::scalar_iq4_xs, AVX2_SET(iq4_xs), nullptr, B::None),
+    weighted(quant(T::IQ4_XS, "IQ4_XS", QK_K, sizeof(block_iq4_xs), T::Q8_K, ref::dequantize_iq4_xs,
+          ref::quantize_iq4_xs, s::scalar_iq4_xs, AVX2_SET(iq4_xs), nullptr, B::None), ref::quantize_weighted_iq4_xs),
     // Integer and f64 tensors can be read as floats; f32 -> int has no ggml meaning.
     plain(T::I8, "I8", 1, ref::dequantize_i8, nullptr),
     plain(T::I16, "I16", 2, ref::dequantize_i16, nullptr),
