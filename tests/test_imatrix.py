@@ -214,3 +214,38 @@ def test_quantize_imatrix_bytes_equal_llama_quantize(preset, f32_model, theirs, 
 def test_q2_k_s_needs_an_imatrix(f32_model, tmp_path):
     r = run_cli("quantize", str(f32_model), str(tmp_path / "out.gguf"), "q2_k_s", "-q")
     assert r.returncode == 1 and "needs an importance matrix" in r.stderr
+
+
+# ---- mixture of experts, and convert --imatrix ----
+
+def test_moe_imatrix_per_expert_and_convert_uses_it(calibration, tmp_path):
+    """A random qwen3moe checkpoint: the imatrix has one sum and count per expert (each token counts
+    once for each of its 2 experts), and `convert --imatrix` quantizes each expert's rows with its
+    own importances: the bytes quants.quantize gives with them."""
+    from tiny_checkpoints import build
+    ckpt = build("qwen3moe", None, tmp_path / "moe")
+    f32, im_path, out = tmp_path / "moe-f32.gguf", tmp_path / "im.gguf", tmp_path / "moe-q4_k_m.gguf"
+    assert run_cli("convert", str(ckpt), "-o", str(f32), "--type", "f32", "-q").returncode == 0
+    r = run_cli("imatrix", "-m", str(f32), "-f", str(calibration), "-o", str(im_path), "-c", "64", "--chunks", "2", "-q")
+    assert r.returncode == 0, r.stderr
+    im = load_imatrix(im_path)
+    tokens = 64 * 2
+    for name, counts in im.counts.items():
+        if "_exps" in name:
+            assert counts.shape == (8,) and im.sums[name].shape[0] == 8
+            assert counts.sum() == 2 * tokens, name
+        else:
+            assert counts.tolist() == [tokens], name
+    assert "blk.0.ffn_gate_inp.weight" in im.sums       # the router is a matmul too
+    r = run_cli("convert", str(ckpt), "-o", str(out), "--type", "q4_k_m", "--imatrix", str(im_path), "-q")
+    assert r.returncode == 0, r.stderr
+    src, dst = GGUFFile(str(f32)), GGUFFile(str(out))
+    assert dst.get("quantize.imatrix.entries_count") == len(im.sums)
+    name = "blk.0.ffn_down_exps.weight"                               # Q4_K -> Q5_0 (64-wide rows)
+    t = dst.tensor(name)
+    assert t.type_name == "Q5_0"
+    weights = np.asarray(src.tensor_data(name), np.float32)           # [8, rows, cols]
+    qtype = int(quants.GGMLType[t.type_name])
+    want = np.stack([quants.quantize(weights[e], qtype, im.importance(name)[e]) for e in range(8)])
+    assert np.array_equal(np.asarray(dst.tensor_data(name)).view(np.uint8).reshape(want.shape), want)
+    assert not np.array_equal(want, quants.quantize(weights, qtype))   # the importances changed something
