@@ -21,7 +21,7 @@ def ensure_llamacpp_tools(jobs: int = 2) -> Path:
     """The folder holding TOOLS, compiling them first when missing (several minutes)."""
     flags = [*CMAKE_ARGS.split(), "-DLLAMA_CURL=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
              "-DLLAMA_BUILD_SERVER=ON"]
-    return build_llamacpp_targets(ROOT / "build", flags, ["llama-server", *TOOLS], jobs, nice=True)
+    return build_llamacpp_targets(ROOT / "build", flags, TOOLS, jobs)
 
 
 if __name__ == "__main__":

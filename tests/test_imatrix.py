@@ -172,6 +172,40 @@ def test_weighted_quantization_lowers_the_weighted_error(name):
     assert wins > 0.9, f"{name}: weighted quantization better on only {wins:.0%} of rows"
 
 
+def ggml_quantize_chunk():
+    """ggml's own ggml_quantize_chunk (what llama-quantize calls per chunk of rows) from the
+    llama.cpp build's libggml-base, or a skip."""
+    import ctypes
+    lib_path = LLAMA_BIN / "libggml-base.so"
+    if not lib_path.exists():
+        pytest.skip("llama.cpp's libggml-base.so is not built (python benchmarks/llamaserver_build.py)")
+    fn = ctypes.CDLL(str(lib_path)).ggml_quantize_chunk
+    fn.restype = ctypes.c_size_t
+    fn.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
+                   ctypes.c_void_p]
+    return fn
+
+
+@pytest.mark.parametrize("name", WEIGHTED_TYPES + ["Q8_0"])
+def test_weighted_quantization_bytes_equal_ggml(name):
+    """Rows of varied scale with outlier columns, an all-zero row and a zero column block, weighted
+    by skewed importances (one zero): the bytes of ggml_quantize_chunk(type, ..., imatrix)."""
+    quantize_chunk = ggml_quantize_chunk()
+    qtype = int(quants.GGMLType[name])
+    rng = np.random.default_rng(7)
+    rows, cols = 24, 1536
+    x = (rng.standard_normal((rows, cols)) * rng.random((rows, 1)) * 0.1).astype(np.float32)
+    x[:, rng.integers(0, cols, 24)] *= 8
+    x[3] = 0
+    x[5, 256:512] = 0
+    importance = (rng.random(cols) ** 4 * 10).astype(np.float32)
+    importance[17] = 0
+    ours = quants.quantize(x, qtype, importance)
+    theirs = np.zeros_like(ours)
+    quantize_chunk(qtype, x.ctypes.data, theirs.ctypes.data, 0, rows, cols, importance.ctypes.data)
+    assert np.array_equal(ours, theirs), f"{name}: rows {np.nonzero((ours != theirs).any(axis=1))[0][:8]} differ"
+
+
 def test_importance_errors():
     x = np.ones((2, 256), np.float32)
     with pytest.raises(ValueError, match="256 columns"):
