@@ -80,9 +80,10 @@ def main() -> None:
     ap.add_argument("--presets", default="q2_k,q3_k_s,iq4_xs")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--chunks", type=int, default=100, help="imatrix chunks of 512 tokens at most")
+    ap.add_argument("--no-llamacpp", action="store_true", help="localllm's perplexity only (no llama.cpp build)")
     args = ap.parse_args()
     from localllm import hub
-    bin_dir = ensure_llamacpp_tools()
+    bin_dir = None if args.no_llamacpp else ensure_llamacpp_tools()
     print(f"machine: {cpu_model()}, localllm {localllm_isa()}, {args.threads} threads; "
           f"python {sys.version.split()[0]} (calibration docstrings)", flush=True)
     work = Path(tempfile.mkdtemp(prefix="imatrix-quality-"))
@@ -98,14 +99,15 @@ def main() -> None:
             localllm("quantize", str(f32), str(out), preset, "-q", *(["--imatrix", str(im)] if weighted else []))
             row = {"preset": preset, "imatrix": weighted, "bytes": out.stat().st_size,
                    "bpw": round(bits_per_weight(out), 3), "ppl_localllm": ppl_ours(out, args.threads),
-                   "ppl_llamacpp": ppl_llamacpp(bin_dir, out, args.threads)}
+                   "ppl_llamacpp": ppl_llamacpp(bin_dir, out, args.threads) if bin_dir else None}
             rows.append(row)
             print(json.dumps(row), flush=True)
     print("\n| preset | imatrix | size (MB) | bits/weight | PPL localllm | PPL llama-perplexity |")
     print("|---|---|---|---|---|---|")
     for r in rows:
+        theirs = "-" if r["ppl_llamacpp"] is None else f"{r['ppl_llamacpp']:.4f}"
         print(f"| {r['preset']} | {'yes' if r['imatrix'] else 'no'} | {r['bytes'] / 1e6:.1f} | {r['bpw']:.3f} | "
-              f"{r['ppl_localllm']:.4f} | {r['ppl_llamacpp']:.4f} |")
+              f"{r['ppl_localllm']:.4f} | {theirs} |")
 
 
 if __name__ == "__main__":
