@@ -8,12 +8,12 @@ __all__ = ["register", "run_convert", "print_result", "import_converter"]
 
 # The converter's packages (gguf, safetensors) come with the `convert` extra, so this module
 # imports the converter only when a conversion runs: every other command works without them.
-_TYPES_HELP = ("output type: f32, f16 (default), bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k_s, "
-               "q4_k_m, q5_k_s, q5_k_m, q6_k, iq4_nl, iq4_xs, iq2_xxs, iq2_xs, iq2_s, iq2_m, "
-               "iq3_xxs, iq3_xs, iq3_s, iq3_m; the K-quant and IQ presets mix types per tensor as "
-               "llama.cpp does (iq2_*, iq3_xxs and iq3_xs need an importance matrix). Default for "
-               "a GPTQ/AWQ checkpoint: its layers keep their quantization (exactly where a ggml "
-               "type holds it), the rest f16")
+_TYPES_HELP = ("output type: f32, f16 (default), bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q2_k_s, "
+               "q3_k_s, q3_k_m, q3_k_l, q4_k_s, q4_k_m, q5_k_s, q5_k_m, q6_k, iq4_nl, iq4_xs, iq2_xxs, "
+               "iq2_xs, iq2_s, iq2_m, iq3_xxs, iq3_xs, iq3_s, iq3_m; the K-quant and IQ presets mix "
+               "types per tensor as llama.cpp does (q2_k_s, iq2_*, iq3_xxs and iq3_xs need an "
+               "importance matrix: --imatrix). Default for a GPTQ/AWQ checkpoint: its layers keep "
+               "their quantization (exactly where a ggml type holds it), the rest f16")
 
 
 def import_converter():
@@ -44,6 +44,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--vocab-only", action="store_true", help="write only metadata and vocabulary")
     p.add_argument("--dry-run", action="store_true",
                    help="check the checkpoint and print the plan (tensor types, sizes); write nothing")
+    p.add_argument("--imatrix", default=None, metavar="FILE",
+                   help="importance matrix (GGUF, from `localllm imatrix` or llama-imatrix): quantize "
+                        "importance-weighted, as llama-quantize --imatrix (q2_k_s needs one)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run_convert)
 
@@ -82,6 +85,6 @@ def run_convert(args: argparse.Namespace) -> int:
         raise ValueError(f"--threads must be >= 1, got {args.threads}")
     result = convert(args.hf_dir, args.outfile, type=args.type, threads=args.threads,
                      vocab_only=args.vocab_only, dry_run=args.dry_run,
-                     progress=False if args.quiet else None)
+                     progress=False if args.quiet else None, imatrix=args.imatrix)
     print_result(result, plan=args.dry_run)
     return 0

@@ -17,6 +17,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--allow-requantize", action="store_true",
                    help="accept an input that is already quantized (dequantized first: lossy)")
     p.add_argument("-t", "--threads", type=int, default=None, help="threads (default: all)")
+    p.add_argument("--imatrix", default=None, metavar="FILE",
+                   help="importance matrix (GGUF, from `localllm imatrix` or llama-imatrix): quantize "
+                        "importance-weighted, as llama-quantize --imatrix (q2_k_s needs one)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run_quantize)
 
@@ -28,6 +31,6 @@ def run_quantize(args: argparse.Namespace) -> int:
         raise ValueError(f"--threads must be >= 1, got {args.threads}")
     result = quantize_gguf(args.input, args.output, args.type,
                            allow_requantize=args.allow_requantize, threads=args.threads,
-                           progress=False if args.quiet else None)
+                           progress=False if args.quiet else None, imatrix=args.imatrix)
     print_result(result, plan=False)
     return 0

@@ -7,7 +7,7 @@ import sys
 
 # Each module defines register(subparsers) which adds its parser and sets func=run(args) -> int.
 COMMAND_MODULES = ["cmd_pull", "cmd_info", "cmd_run", "cmd_chat", "cmd_tokenize", "cmd_embed", "cmd_perplexity", "cmd_bench",
-                   "cmd_convert", "cmd_quantize", "cmd_serve"]
+                   "cmd_convert", "cmd_quantize", "cmd_imatrix", "cmd_serve"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -50,11 +50,14 @@ def to_float32(raw: np.ndarray, dtype: str) -> np.ndarray:
     raise ValueError(f"unsupported tensor dtype {dtype}")
 
 
-def quantize_rows(x: np.ndarray, qtype: QT) -> np.ndarray:
-    """float32 [..., n] -> uint8 [..., row bytes] of ``qtype`` blocks (one call, one thread)."""
+def quantize_rows(x: np.ndarray, qtype: QT, importance: np.ndarray | None = None) -> np.ndarray:
+    """float32 [..., n] -> uint8 [..., row bytes] of ``qtype`` blocks (one call, one thread);
+    ``importance`` [n]: every row weighted by it (llama-quantize --imatrix)."""
     native = _native()
     if native is not None:
-        return native.quantize(x, int(qtype))
+        return native.quantize(x, int(qtype), importance)
+    if importance is not None:
+        raise RuntimeError("quantizing with an imatrix needs the native core (localllm._core); build the project first")
     import gguf.quants
     if qtype not in (QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q5_1, QT.Q8_0):
         raise RuntimeError(f"quantizing to {QT(qtype).name} needs the native core "
@@ -62,8 +65,9 @@ def quantize_rows(x: np.ndarray, qtype: QT) -> np.ndarray:
     return gguf.quants.quantize(x, qtype)
 
 
-def encode(x: np.ndarray, qtype: QT) -> np.ndarray:
-    """float32 -> the stored form of ``qtype``: float32, float16, bf16 bits or quantized bytes."""
+def encode(x: np.ndarray, qtype: QT, importance: np.ndarray | None = None) -> np.ndarray:
+    """float32 -> the stored form of ``qtype``: float32, float16, bf16 bits or quantized bytes
+    (weighted by ``importance`` [n], one value per column, where given)."""
     if qtype == QT.F32:
         return np.ascontiguousarray(x, dtype=np.float32)
     if qtype == QT.F16:
@@ -74,5 +78,5 @@ def encode(x: np.ndarray, qtype: QT) -> np.ndarray:
         if x.shape[-1] % block_elems(qtype):
             raise ValueError(f"row length {x.shape[-1]} is not a multiple of the "
                              f"{QT(qtype).name} block size {block_elems(qtype)}")
-        return quantize_rows(x, qtype)
+        return quantize_rows(x, qtype, importance)
     raise ValueError(f"cannot write tensors of type {QT(qtype).name}")

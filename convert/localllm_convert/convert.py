@@ -13,6 +13,7 @@ from .filetypes import PRESETS, QT, QUANTIZATION_VERSION, Preset, preset
 from .packed import PackedWeightRef
 from .packed_exact import choose_packed_type, encode_exact
 from .quant_rules import check_importance, choose_types
+from .weighting import add_imatrix_keys, imatrix_metadata, load_imatrix, tensor_importances
 from .writer import OutputTensor, write_gguf
 
 __all__ = ["convert", "ConvertResult", "PlanEntry"]
@@ -57,15 +58,16 @@ def _model_name(ckpt: Checkpoint) -> str:
     return os.path.basename(str(name).rstrip("/")) or ckpt.dir.resolve().name
 
 
-def _output_tensor(p, qtype: QT, keep_packed: bool) -> tuple[OutputTensor, bool | None]:
+def _output_tensor(p, qtype: QT, keep_packed: bool, importance=None) -> tuple[OutputTensor, bool | None]:
     """One planned tensor as written: a GPTQ/AWQ layer in the type it loses least in (exact
-    blocks from its codes where one fits) unless a preset was asked for; the rest as planned.
-    Also whether a GPTQ/AWQ layer is exact (None for other tensors)."""
+    blocks from its codes where one fits) unless a preset was asked for; the rest as planned,
+    quantized weighted by ``importance`` (an imatrix's) where given. Also whether a GPTQ/AWQ
+    layer is exact (None for other tensors)."""
     source_nbytes = p.source.nbytes if p.source is not None else 0
     if not isinstance(p.source, PackedWeightRef):
-        return OutputTensor(p.name, p.shape, qtype, p.load, source_nbytes), None
+        return OutputTensor(p.name, p.shape, qtype, p.load, source_nbytes, importance=importance), None
     if not keep_packed:
-        return OutputTensor(p.name, p.shape, qtype, p.load, source_nbytes), False
+        return OutputTensor(p.name, p.shape, qtype, p.load, source_nbytes, importance=importance), False
     choice = choose_packed_type(p.source)
     if not choice.exact:
         return OutputTensor(p.name, p.shape, choice.qtype, p.load, source_nbytes), False
@@ -86,7 +88,7 @@ def _packed_preset(entries: list[PlanEntry]) -> Preset:
 
 def convert(hf_dir: str | os.PathLike, out_path: str | os.PathLike | None, type: str | None = None,
             threads: int | None = None, vocab_only: bool = False, dry_run: bool = False,
-            progress: bool | None = None) -> ConvertResult:
+            progress: bool | None = None, imatrix: str | os.PathLike | None = None) -> ConvertResult:
     """Convert the checkpoint in ``hf_dir`` to a GGUF file at ``out_path``.
 
     Args:
@@ -101,6 +103,7 @@ def convert(hf_dir: str | os.PathLike, out_path: str | os.PathLike | None, type:
         vocab_only: write only the metadata and vocabulary (no tensors).
         dry_run: check everything and return the plan without writing.
         progress: tqdm progress bar (default: when stderr is a terminal).
+        imatrix: a GGUF imatrix file: quantize importance-weighted, as llama-quantize --imatrix.
 
     Raises:
         ValueError (CheckpointError, VocabError): bad or unsupported checkpoint.
@@ -112,12 +115,16 @@ def convert(hf_dir: str | os.PathLike, out_path: str | os.PathLike | None, type:
     arch = converter_for(ckpt)
     vocab = arch.vocab()
     planned = [] if vocab_only else arch.plan()
+    im = load_imatrix(imatrix) if imatrix is not None else None
     choices = choose_types([(p.name, p.shape, QT.F32) for p in planned], chosen_preset,
-                           arch.hp.n_layer, arch.hp.n_head // arch.hp.n_head_kv, getattr(arch, "n_expert", 0))
-    check_importance(choices, chosen_preset.name, has_imatrix=False)
+                           arch.hp.n_layer, arch.hp.n_head // arch.hp.n_head_kv, getattr(arch, "n_expert", 0),
+                           has_imatrix=im is not None)
+    check_importance(choices, chosen_preset, has_imatrix=im is not None)
+    importances = [None] * len(choices) if im is None else \
+        tensor_importances(choices, [p.shape for p in planned], [True] * len(choices), chosen_preset, im)
     outputs, entries = [], []
-    for p, c in zip(planned, choices):
-        out, exact = _output_tensor(p, c.qtype, keep_packed=type is None)
+    for p, c, qw in zip(planned, choices, importances):
+        out, exact = _output_tensor(p, c.qtype, keep_packed=type is None, importance=qw)
         outputs.append(out)
         entries.append(PlanEntry(out.name, out.shape, out.qtype, out.nbytes, c.fallback_from, exact))
     if type is None and ckpt.packed_format is not None:
@@ -140,6 +147,8 @@ def convert(hf_dir: str | os.PathLike, out_path: str | os.PathLike | None, type:
         w.add_file_type(chosen_preset.ftype)
         w.add_quantization_version(QUANTIZATION_VERSION)
         vocab.write(w)
+        if im is not None:
+            add_imatrix_keys(w, imatrix_metadata(imatrix, im))
 
     result.output_bytes = write_gguf(out_path, arch.gguf_arch, add_metadata, outputs,
                                      threads=threads, progress=progress)

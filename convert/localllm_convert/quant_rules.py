@@ -1,23 +1,30 @@
 """Which ggml type each tensor gets under a preset: llama.cpp's rules (src/llama-quant.cpp,
-``llama_tensor_get_type``) for the presets this converter offers, without an imatrix.
+``llama_tensor_get_type``) for the presets this converter offers, with or without an imatrix.
 
 * Only 2-D (or higher) tensors whose name ends in ``weight`` and that are not norms get quantized;
   the rest keep their type (F32 when converting from a checkpoint).
 * ``output.weight`` — and ``token_embd.weight`` when the embeddings are tied (no output.weight) —
   goes to Q6_K (Q8_0 when its rows do not split into blocks of the default type, or when the
   preset is q8_0 itself).
-* q4_k_m / q5_k_m: attn_v and ffn_down of the layers ``use_more_bits`` picks (the first and last
-  eighth, and every third layer between) go to Q6_K. q4_k_s: attn_v of the first 4 layers and
-  ffn_down of the first eighth of the layers go to Q5_K.
-* iq4_nl / iq4_xs: attn_v goes to Q5_K when the model shares each K/V head among 4 or more query
-  heads (n_head / n_head_kv >= 4), ffn_down of the first eighth of the layers to Q5_K.
+* attn_v (and a fused attn_qkv): q2_k -> Q4_K when n_gqa >= 4 (n_head / n_head_kv), else Q3_K;
+  q2_k_s -> Q4_K when n_gqa >= 4; q3_k_m -> Q5_K in the first 2 layers, Q4_K after; q3_k_l ->
+  Q5_K; iq4_nl / iq4_xs -> Q5_K when n_gqa >= 4; q4_k_m / q5_k_m -> Q6_K in the layers
+  ``use_more_bits`` picks (the first and last eighth, and every third layer between); q4_k_s ->
+  Q5_K in the first 4 layers.
+* ffn_down: q2_k -> Q3_K; q2_k_s -> Q4_K in the first eighth of the layers; q3_k_m -> Q5_K in
+  the first sixteenth, Q4_K after; q3_k_l -> Q5_K; q4_k_m / q5_k_m -> Q6_K where
+  ``use_more_bits``; iq4_nl / iq4_xs without an imatrix -> Q5_K in the first eighth; q4_k_s ->
+  Q5_K in the first eighth; q4_0 / q5_0 with an imatrix -> Q4_1 / Q5_1 in the first eighth.
+* attn_output: q2_k -> Q3_K, q3_k_m -> Q4_K, q3_k_l -> Q5_K.
 * Models of exactly 8 experts (llama.cpp's rules for Mixtral-shaped MoE): attn_v and attn_k go
-  to Q8_0, attn_output to Q5_K under q4_k_s, q4_k_m, iq4_nl and iq4_xs.
+  to Q8_0, attn_output to Q5_K under q2_k, q3_k_s, q3_k_m, q4_k_s, q4_k_m, iq4_nl and iq4_xs.
 * The low-bit i-quant presets (iq2_xxs ... iq3_m): :mod:`localllm_convert.quant_rules_iq`.
-* A row length that is not a multiple of the chosen block size falls back: Q4_K -> Q5_0,
-  Q5_K -> Q5_1, Q6_K -> Q8_0, IQ4_XS and the low-bit i-quants -> IQ4_NL, and to F16 when even that does not fit
-  (llama.cpp stops with an error for the legacy types there; the converter writes F16 as
+* A row length that is not a multiple of the chosen block size falls back: Q2_K / Q3_K -> Q4_0,
+  Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, IQ4_XS and the low-bit i-quants -> IQ4_NL, and to F16
+  when even that does not fit (llama.cpp stops with an error for the legacy types there; the converter writes F16 as
   convert_hf_to_gguf.py does).
+* ``requires_imatrix``: the low-bit i-quant tensors, and the Q2_K tensors of a q2_k_s file (but token_embd and output), need an
+  imatrix, as llama-quantize refuses them without one.
 """
 from __future__ import annotations
 
@@ -29,7 +36,7 @@ from .filetypes import QT, Preset, block_elems
 from .quant_rules_iq import IQ_LOWBIT_PRESETS, Q5K_OUTPUT_PRESETS, iq_lowbit_token_embd, iq_lowbit_type
 
 __all__ = ["TensorChoice", "choose_types", "use_more_bits", "allows_quantization", "category",
-           "check_importance"]
+           "requires_imatrix", "check_importance"]
 
 _K_FALLBACK = {QT.Q4_K: QT.Q5_0, QT.Q5_K: QT.Q5_1, QT.Q6_K: QT.Q8_0,
                QT.Q2_K: QT.Q4_0, QT.Q3_K: QT.Q4_0, QT.IQ4_XS: QT.IQ4_NL,
@@ -86,6 +93,51 @@ def _layer_of(name: str) -> int:
     return int(m.group(1))
 
 
+def _attn_v_type(i: int, preset: Preset, n_layer: int, n_gqa: int) -> QT | None:
+    """attn_v / attn_qkv of layer i (llama.cpp counts attn_v tensors in layer order: the same)."""
+    name = preset.name
+    if name == "q2_k":
+        return QT.Q4_K if n_gqa >= 4 else QT.Q3_K
+    if name == "q2_k_s" and n_gqa >= 4:
+        return QT.Q4_K
+    if name == "q3_k_m":
+        return QT.Q5_K if i < 2 else QT.Q4_K
+    if name == "q3_k_l":
+        return QT.Q5_K
+    if name in _IQ4_PRESETS and n_gqa >= 4:
+        return QT.Q5_K
+    if name in ("q4_k_m", "q5_k_m") and use_more_bits(i, n_layer):
+        return QT.Q6_K
+    if name == "q4_k_s" and i < 4:
+        return QT.Q5_K
+    return None
+
+
+def _ffn_down_type(i: int, preset: Preset, n_layer: int, has_imatrix: bool) -> QT | None:
+    name = preset.name
+    if name == "q2_k":
+        return QT.Q3_K
+    if name == "q2_k_s":
+        return QT.Q4_K if i < n_layer // 8 else None
+    if name == "q3_k_m":
+        return QT.Q5_K if i < n_layer // 16 else QT.Q4_K
+    if name == "q3_k_l":
+        return QT.Q5_K
+    if name in ("q4_k_m", "q5_k_m"):
+        return QT.Q6_K if use_more_bits(i, n_layer) else None
+    if name in _IQ4_PRESETS and i < n_layer // 8 and not has_imatrix:
+        return QT.Q5_K
+    if name == "q4_k_s" and i < n_layer // 8:
+        return QT.Q5_K
+    if name in ("q4_0", "q5_0") and has_imatrix and i < n_layer // 8:
+        return QT.Q4_1 if name == "q4_0" else QT.Q5_1
+    return None
+
+
+_ATTN_OUTPUT = {"q2_k": QT.Q3_K, "q3_k_m": QT.Q4_K, "q3_k_l": QT.Q5_K}
+_EXPERT8_ATTN_OUTPUT = ("q2_k", "q3_k_s", "q3_k_m", "q4_k_s", "q4_k_m") + _IQ4_PRESETS
+
+
 def _rule_type(name: str, ncols: int, preset: Preset, n_layer: int, n_gqa: int, tied: bool,
                n_expert: int = 0, has_imatrix: bool = False) -> QT:
     """The type before the row-length fallback (llama_tensor_get_type_impl, our presets)."""
@@ -96,31 +148,25 @@ def _rule_type(name: str, ncols: int, preset: Preset, n_layer: int, n_gqa: int, 
         return iq_lowbit_type(preset.name, cat, layer, n_layer, n_gqa, n_expert, has_imatrix) or default
     if cat == "token_embd" and not tied and preset.name in IQ_LOWBIT_PRESETS:
         return iq_lowbit_token_embd(preset.name) or default
-    if n_expert == 8 and cat in ("attn_v", "attn_k"):
+    if n_expert == 8 and cat in ("attn_v", "attn_qkv", "attn_k"):
         return QT.Q8_0
-    if n_expert == 8 and cat == "attn_output" and preset.name in ("q4_k_s", "q4_k_m") + _IQ4_PRESETS:
-        return QT.Q5_K
     if cat == "output" or (cat == "token_embd" and tied):
         if ncols % block_elems(default) != 0:
             return QT.Q8_0
         if preset.name in Q5K_OUTPUT_PRESETS:
             return QT.Q5_K
         return default if default == QT.Q8_0 else QT.Q6_K
+    chosen = None
     if cat in ("attn_v", "attn_qkv"):
-        i = _layer_of(name)   # (llama.cpp counts attn_v tensors in layer order: the same)
-        if preset.name in _IQ4_PRESETS and n_gqa >= 4:
-            return QT.Q5_K
-        if preset.name in ("q4_k_m", "q5_k_m") and use_more_bits(i, n_layer):
-            return QT.Q6_K
-        if preset.name == "q4_k_s" and i < 4:
-            return QT.Q5_K
+        chosen = _attn_v_type(_layer_of(name), preset, n_layer, n_gqa)
     elif cat == "ffn_down":
-        i = _layer_of(name)
-        if preset.name in ("q4_k_m", "q5_k_m") and use_more_bits(i, n_layer):
-            return QT.Q6_K
-        if preset.name in _IQ4_PRESETS + ("q4_k_s",) and i < n_layer // 8:
-            return QT.Q5_K
-    return default
+        chosen = _ffn_down_type(_layer_of(name), preset, n_layer, has_imatrix)
+    elif cat == "attn_output":
+        if n_expert == 8:
+            chosen = QT.Q5_K if preset.name in _EXPERT8_ATTN_OUTPUT else None
+        else:
+            chosen = _ATTN_OUTPUT.get(preset.name)
+    return default if chosen is None else chosen
 
 
 def _fit_rows(qtype: QT, ncols: int) -> QT:
@@ -129,6 +175,32 @@ def _fit_rows(qtype: QT, ncols: int) -> QT:
         return qtype
     fallback = _K_FALLBACK.get(qtype, QT.F16)
     return fallback if ncols % block_elems(fallback) == 0 else QT.F16
+
+
+# Types llama-quantize refuses to write without an importance matrix (llama-quant.cpp's
+# tensor_requires_imatrix; token_embd and output are exempt).
+NEEDS_IMPORTANCE = (QT.IQ2_XXS, QT.IQ2_XS, QT.IQ2_S, QT.IQ3_XXS)
+
+
+def requires_imatrix(name: str, qtype: QT, preset: Preset) -> bool:
+    """Whether llama-quantize refuses to write this tensor as ``qtype`` without an imatrix
+    (tensor_requires_imatrix): the low-bit i-quants, and Q2_K inside a q2_k_s file."""
+    if category(name) in ("output", "token_embd"):
+        return False
+    return qtype in NEEDS_IMPORTANCE or (qtype == QT.Q2_K and preset.name == "q2_k_s")
+
+
+def check_importance(choices: Sequence[TensorChoice], preset: Preset, has_imatrix: bool) -> None:
+    """ValueError when a tensor would get a type that needs an importance matrix and there is none."""
+    if has_imatrix:
+        return
+    needy = [c for c in choices if requires_imatrix(c.name, c.qtype, preset)]
+    if needy:
+        types = sorted({QT(c.qtype).name for c in needy})
+        raise ValueError(f"output type {preset.name} needs an importance matrix: {len(needy)} tensors "
+                         f"(e.g. {needy[0].name}) would be {', '.join(types)}, which llama.cpp quantizes "
+                         "only with one: pass --imatrix FILE (make one with `localllm imatrix`), or choose "
+                         "iq3_s, iq3_m, or a K-quant / iq4 type")
 
 
 def choose_types(tensors: Sequence[tuple[str, Sequence[int], QT]], preset: Preset,
@@ -144,7 +216,7 @@ def choose_types(tensors: Sequence[tuple[str, Sequence[int], QT]], preset: Prese
         n_layer: the model's block count (for the per-layer rules).
         n_gqa: query heads per K/V head, n_head / n_head_kv (llama.cpp's n_gqa(), layer 0).
         n_expert: the model's expert count ({arch}.expert_count; 0 for a dense model).
-        has_imatrix: an importance matrix is given (iq3_xxs's attn_v / ffn_down rules).
+        has_imatrix: the weights will be quantized with an imatrix (some rules depend on it).
     """
     names = {name for name, _, _ in tensors}
     tied = "output.weight" not in names
@@ -161,20 +233,3 @@ def choose_types(tensors: Sequence[tuple[str, Sequence[int], QT]], preset: Prese
         fitted = _fit_rows(chosen, ncols)
         out.append(TensorChoice(name, fitted, chosen if fitted != chosen else None))
     return out
-
-
-# Types llama-quantize refuses to write without an importance matrix (llama-quant.cpp's
-# tensor_requires_imatrix; token_embd and output are exempt).
-NEEDS_IMPORTANCE = (QT.IQ2_XXS, QT.IQ2_XS, QT.IQ2_S, QT.IQ3_XXS)
-
-
-def check_importance(choices: Sequence[TensorChoice], preset_name: str, has_imatrix: bool) -> None:
-    """ValueError when a tensor would get a type that needs an importance matrix and there is none."""
-    if has_imatrix:
-        return
-    needy = [c for c in choices if c.qtype in NEEDS_IMPORTANCE and category(c.name) not in ("output", "token_embd")]
-    if needy:
-        types = sorted({QT(c.qtype).name for c in needy})
-        raise ValueError(f"output type {preset_name} needs an importance matrix: {len(needy)} tensors "
-                         f"(e.g. {needy[0].name}) would be {', '.join(types)}, which llama.cpp quantizes "
-                         "only with one; choose iq3_s, iq3_m, or a K-quant / iq4 type")

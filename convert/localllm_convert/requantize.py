@@ -17,6 +17,7 @@ from .arrays import from_bf16_bits
 from .convert import ConvertResult, PlanEntry
 from .filetypes import FLOAT_TYPES, QT, QUANTIZATION_VERSION, preset
 from .quant_rules import check_importance, choose_types
+from .weighting import add_imatrix_keys, imatrix_metadata, load_imatrix, tensor_importances
 from .writer import OutputTensor, write_gguf
 
 __all__ = ["quantize_gguf"]
@@ -86,8 +87,9 @@ def _copy_metadata(src, writer, file_type: int) -> None:
 
 def quantize_gguf(in_path: str | os.PathLike, out_path: str | os.PathLike, type: str,
                   allow_requantize: bool = False, threads: int | None = None,
-                  progress: bool | None = None) -> ConvertResult:
-    """Re-quantize ``in_path`` to preset ``type``, writing ``out_path``.
+                  progress: bool | None = None, imatrix: str | os.PathLike | None = None) -> ConvertResult:
+    """Re-quantize ``in_path`` to preset ``type``, writing ``out_path``; with ``imatrix`` (a GGUF
+    imatrix file) the weights are quantized importance-weighted, as llama-quantize --imatrix.
 
     Raises ValueError for an unknown preset, a malformed input, or a quantized input without
     ``allow_requantize``; OSError for I/O problems.
@@ -115,10 +117,14 @@ def quantize_gguf(in_path: str | os.PathLike, out_path: str | os.PathLike, type:
         raise ValueError(f"{src_path.name} is already quantized ({', '.join(quantized)} tensors); "
                          "requantizing loses quality — pass --allow-requantize to do it anyway")
     infos = [(t.name, tuple(int(d) for d in reversed(t.shape)), QT(t.type)) for t in src.tensors]
-    choices = choose_types(infos, chosen, n_layer, n_gqa, n_expert)
-    check_importance(choices, chosen.name, has_imatrix=False)
+    im = load_imatrix(imatrix) if imatrix is not None else None
+    choices = choose_types(infos, chosen, n_layer, n_gqa, n_expert, has_imatrix=im is not None)
+    encoded = [c.qtype != current for (_, _, current), c in zip(infos, choices)]
+    check_importance(choices, chosen, has_imatrix=im is not None)
+    importances = [None] * len(choices) if im is None else \
+        tensor_importances(choices, [shape for _, shape, _ in infos], encoded, chosen, im)
     outputs = []
-    for t, (name, shape, current), choice in zip(src.tensors, infos, choices):
+    for t, (name, shape, current), choice, qw in zip(src.tensors, infos, choices, importances):
         def raw(n=name) -> np.ndarray:
             return np.ascontiguousarray(src.tensor_data(n)).view(np.uint8)
         if choice.qtype == current:
@@ -126,13 +132,19 @@ def quantize_gguf(in_path: str | os.PathLike, out_path: str | os.PathLike, type:
         else:
             outputs.append(OutputTensor(
                 name, shape, choice.qtype,
-                lambda r=raw, q=current, s=shape: _dequantize(r(), q, s), int(t.nbytes)))
+                lambda r=raw, q=current, s=shape: _dequantize(r(), q, s), int(t.nbytes), importance=qw))
+    extra_keys = imatrix_metadata(imatrix, im) if im is not None else []
+
+    def add_metadata(w) -> None:
+        _copy_metadata(src, w, chosen.ftype)
+        add_imatrix_keys(w, extra_keys)
+
     result = ConvertResult(None, arch, chosen.name,
                            [PlanEntry(o.name, o.shape, o.qtype, o.nbytes, c.fallback_from)
                             for o, c in zip(outputs, choices)],
                            input_bytes=sum(o.source_nbytes for o in outputs))
     result.output_bytes = write_gguf(out_path, arch,
-                                     lambda w: _copy_metadata(src, w, chosen.ftype),
+                                     add_metadata,
                                      outputs, threads=threads, progress=progress)
     result.path = Path(out_path)
     result.seconds = time.perf_counter() - t0

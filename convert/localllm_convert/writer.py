@@ -47,6 +47,8 @@ class OutputTensor:
     load: Callable[[], np.ndarray]          # float32 data (or, with `raw`, the stored bytes)
     source_nbytes: int                      # bytes read from the input (for progress/throughput)
     raw: bool = False                       # `load` returns the final bytes: no encoding
+    # Quantized weighted by an imatrix: float32 [n_mat, n] (n_mat: the experts of a 3-D tensor, else 1).
+    importance: np.ndarray | None = None
 
     @property
     def nbytes(self) -> int:
@@ -54,15 +56,27 @@ class OutputTensor:
         return rows * row_nbytes(self.qtype, int(self.shape[-1]))
 
 
-def _encode_parallel(pool: ThreadPoolExecutor, data: np.ndarray, qtype: QT) -> np.ndarray:
-    """Encode float32 ``data`` [..., n] to ``qtype`` with its rows spread over the pool."""
-    if data.ndim < 2 or data.size <= CHUNK_ELEMENTS:
+def _encode_parallel(pool: ThreadPoolExecutor, data: np.ndarray, qtype: QT,
+                     importance: np.ndarray | None = None) -> np.ndarray:
+    """Encode float32 ``data`` [..., n] to ``qtype`` with its rows spread over the pool; with
+    ``importance`` [n_mat, n], the rows of matrix i (data's leading index for a 3-D tensor)
+    weighted by importance[i]."""
+    if data.ndim < 2 or (data.size <= CHUNK_ELEMENTS and importance is None):
         return encode(data, qtype)
     rows = data.reshape(-1, data.shape[-1])
+    rows_per_mat = rows.shape[0] // (1 if importance is None else importance.shape[0])
     step = max(1, CHUNK_ELEMENTS // rows.shape[1])
-    parts = list(pool.map(lambda r0: encode(rows[r0:r0 + step], qtype),
-                          range(0, rows.shape[0], step)))
-    out = np.concatenate(parts, axis=0)
+
+    def chunk(r0: int) -> np.ndarray:
+        r1 = min(r0 + step, (r0 // rows_per_mat + 1) * rows_per_mat)   # never across a matrix
+        qw = None if importance is None else importance[r0 // rows_per_mat]
+        return encode(rows[r0:r1], qtype, qw)
+
+    starts, r0 = [], 0
+    while r0 < rows.shape[0]:
+        starts.append(r0)
+        r0 = min(r0 + step, (r0 // rows_per_mat + 1) * rows_per_mat)
+    out = np.concatenate(list(pool.map(chunk, starts)), axis=0)
     return out.reshape(*data.shape[:-1], out.shape[-1])
 
 
@@ -161,7 +175,7 @@ def _write_data(writer, tensors: Sequence[OutputTensor], n_threads: int,
                 if tuple(data.shape) != tuple(t.shape):
                     raise ValueError(f"tensor {t.name}: got shape {list(data.shape)}, "
                                      f"expected {list(t.shape)}")
-                stored = _encode_parallel(pool, data, t.qtype)
+                stored = _encode_parallel(pool, data, t.qtype, t.importance)
             if stored.nbytes != t.nbytes:
                 raise RuntimeError(f"tensor {t.name}: encoded to {stored.nbytes} bytes, "
                                    f"expected {t.nbytes}")

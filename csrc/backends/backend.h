@@ -23,6 +23,7 @@ struct HParams;
 struct RopeFreqs;
 class KVCache;
 class ThreadPool;
+class ActivationStats;
 enum class RopeStyle : int;
 enum class Numerics : int;
 enum class Isa : int;
@@ -119,6 +120,11 @@ public:
     // Called once per forward before the first op: the batch's positions, sequences and block
     // tables (host) that kv_write, rope and attention read (a GPU uploads them here).
     virtual void begin_batch(const Batch& b) = 0;
+
+    // ---- observation ----
+    // From now on, hand every matrix's float input to `stats` (activation_stats.h), or stop
+    // (nullptr). Returns false where the backend cannot observe (the default: a device backend).
+    virtual bool observe_activations(ActivationStats* stats) { return stats == nullptr; }
 
     // ---- layer-level operations ----
     // Several matrices on the same x[T, K] (q/k/v, gate/up): each out[i].y = x . out[i].w^T.

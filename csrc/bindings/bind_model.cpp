@@ -287,6 +287,22 @@ private:
     ModelWeights w_;
 };
 
+// Model::activation_stats as numpy copies (None when not collecting).
+static py::object activation_stats_py(const Model& self) {
+    const ActivationStats* stats = self.activation_stats();
+    if (!stats) return py::none();
+    py::dict out;
+    for (const auto& [name, e] : stats->entries()) {
+        const py::ssize_t n_mat = (py::ssize_t)e.counts.size();
+        py::array_t<float> sum2({n_mat, (py::ssize_t)e.n_cols});
+        std::copy(e.sum2.begin(), e.sum2.end(), sum2.mutable_data());
+        py::array_t<int64_t> counts(n_mat);
+        std::copy(e.counts.begin(), e.counts.end(), counts.mutable_data());
+        out[py::str(name)] = py::make_tuple(sum2, counts);
+    }
+    return out;
+}
+
 void register_model(py::module_& m) {
     py::class_<Footprint>(m, "Footprint", "The bytes each device would allocate for a model file (the planner's input).")
         .def(py::init([](const std::string& path, const std::string& numerics) {
@@ -343,6 +359,16 @@ void register_model(py::module_& m) {
              py::arg("block_tables"), py::arg("output_rows"), py::arg("hidden_rows"),
              "One forward giving (logits [len(output_rows), n_vocab], hidden states [len(hidden_rows), n_embd]): "
              "generation and embeddings in the same batch (a model with an output head).")
+        .def("collect_activations", [](Model& self, bool on) {
+            if (self.in_use.load()) throw std::runtime_error("collect_activations while a forward runs");
+            self.collect_activations(on);
+        }, py::arg("on"),
+             "Start collecting llama-imatrix's activation statistics over the forwards (a fresh set), or stop "
+             "(on=False) and drop them. Every layer must run on the CPU.")
+        .def("activation_stats", &activation_stats_py,
+             "{GGUF tensor name: (sum2 float32 [n_mat, n_cols], counts int64 [n_mat])} collected so far: per input "
+             "column, the sum of squares of the matrix's float inputs, and the rows summed (n_mat = its experts, "
+             "or 1). None when not collecting.")
         .def_property_readonly("has_output_head", &Model::has_output_head,
              "Whether the model can generate (encoder-only models cannot).")
         .def_property_readonly("bidirectional", &Model::bidirectional,

@@ -3,6 +3,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <math.h>
 #include <algorithm>
 #include <stdexcept>
 #include <string>
@@ -95,27 +96,27 @@ py::array_t<float> dequantize_py(const py::array& data, int64_t type, int64_t n_
     return out;
 }
 
-// The importance weights of quantize(): None, or one float32 per element of a row.
-const float* importance_or_null(const py::object& importance, int64_t row, const lll::TypeTraits& tt) {
+// importance: None, or float32 [row]: every row weighted by it (quantize_row_weighted).
+const float* importance_or_null(const py::object& importance, int64_t row) {
     if (importance.is_none()) return nullptr;
-    const py::array imp = importance.cast<py::array>();
-    if (!imp.dtype().is(py::dtype::of<float>()) || imp.ndim() != 1 || !(imp.flags() & py::array::c_style)) {
-        throw std::invalid_argument("quantize: importance must be a contiguous 1-D float32 array");
-    }
-    if (imp.shape(0) != row) {
-        throw std::invalid_argument("quantize: importance has " + std::to_string(imp.shape(0)) +
-                                    " weights, rows have " + std::to_string(row) + " elements");
-    }
-    if (!tt.quantize_weighted) {
-        throw std::invalid_argument(std::string("quantize: ") + tt.name + " takes no importance weights");
-    }
-    return static_cast<const float*>(imp.data());
+    const py::array a = importance.cast<py::array>();
+    if (!a.dtype().is(py::dtype::of<float>()) || !(a.flags() & py::array::c_style) || a.ndim() != 1)
+        throw std::invalid_argument("quantize: importance must be a C-contiguous 1-D float32 array");
+    if (a.shape(0) != row)
+        throw std::invalid_argument("quantize: importance has " + std::to_string(a.shape(0)) +
+                                    " values, the rows have " + std::to_string(row) + " columns");
+    const float* p = static_cast<const float*>(a.data());
+    for (int64_t j = 0; j < row; ++j)
+        if (!isfinite(p[j]) || p[j] < 0)
+            throw std::invalid_argument("quantize: importance[" + std::to_string(j) + "] = " + std::to_string(p[j]) +
+                                        " is not a finite non-negative number");
+    return p;
 }
 
 py::array_t<uint8_t> quantize_py(const py::array& x, int64_t type, const py::object& importance) {
     const lll::TypeTraits& tt = traits_or_throw(type);
     const lll::GGMLType gtype = static_cast<lll::GGMLType>(type);
-    if (!lll::can_quantize(gtype) && !(tt.quantize_weighted && !importance.is_none())) {
+    if (!lll::can_quantize(gtype) && !tt.quantize_weighted) {
         throw std::invalid_argument(std::string("quantize: cannot quantize f32 to ") + tt.name);
     }
     if (!x.dtype().is(py::dtype::of<float>())) {
@@ -136,28 +137,31 @@ py::array_t<uint8_t> quantize_py(const py::array& x, int64_t type, const py::obj
     std::vector<py::ssize_t> shape(x.shape(), x.shape() + x.ndim());
     shape.back() = (py::ssize_t)(row / tt.block_elems * tt.block_bytes);
     py::array_t<uint8_t> out(shape);
-    const int64_t n_blocks = (int64_t)x.size() / tt.block_elems;
+    const float* qw = importance_or_null(importance, row);
     const float* src = static_cast<const float*>(x.data());
     uint8_t* dst = out.mutable_data();
-    const float* imp = importance_or_null(importance, row, tt);
-    if (imp) {   // importance is per position in a row: split over rows
-        const int64_t row_bytes = row / tt.block_elems * tt.block_bytes;
+    if (!qw) {
+        if (!tt.quantize) {   // IQ2_XXS, IQ2_XS: ggml has no quantizer without importances
+            throw std::invalid_argument(std::string("quantize: ") + tt.name + " needs an importance matrix (--imatrix)");
+        }
+        // Rows are multiples of the block and every reference quantizer works block by block,
+        // so splitting over blocks gives the same bytes as quantizing row by row.
+        const int64_t n_blocks = (int64_t)x.size() / tt.block_elems;
         py::gil_scoped_release release;
-        parallel_over_blocks(row ? (int64_t)x.size() / row : 0, row, [&](int64_t first, int64_t count) {
-            for (int64_t r = first; r < first + count; ++r)
-                lll::quantize_row_weighted(gtype, src + r * row, dst + r * row_bytes, row, imp);
+        parallel_over_blocks(n_blocks, tt.block_elems, [&](int64_t first, int64_t count) {
+            lll::quantize_row_weighted(gtype, src + first * tt.block_elems, dst + first * tt.block_bytes,
+                                       count * tt.block_elems, nullptr);
         });
         return out;
     }
-    {
-        // Rows are multiples of the block and every reference quantizer works block by block,
-        // so splitting over blocks gives the same bytes as quantizing row by row.
-        py::gil_scoped_release release;
-        parallel_over_blocks(n_blocks, tt.block_elems, [&](int64_t first, int64_t count) {
-            lll::quantize_row_ref(gtype, src + first * tt.block_elems, dst + first * tt.block_bytes,
-                                  count * tt.block_elems);
-        });
-    }
+    // Weighted: row by row (some types scale by the whole row's mean square).
+    const int64_t n_rows = row ? (int64_t)x.size() / row : 0;
+    const size_t row_bytes = (size_t)(row / tt.block_elems * tt.block_bytes);
+    py::gil_scoped_release release;
+    parallel_over_blocks(n_rows, row, [&](int64_t first, int64_t count) {
+        for (int64_t r = first; r < first + count; ++r)
+            lll::quantize_row_weighted(gtype, src + r * row, dst + r * row_bytes, row, qw);
+    });
     return out;
 }
 
@@ -197,9 +201,8 @@ void register_quants(py::module_& m) {
     m.def("dequantize", &dequantize_py, py::arg("data"), py::arg("type"), py::arg("n_elements"),
           "Raw blocks (C-contiguous uint8) of a ggml type -> 1-D float32 array of n_elements.");
     m.def("quantize", &quantize_py, py::arg("x"), py::arg("type"), py::arg("importance") = py::none(),
-          "float32 array (last dim a multiple of the block size) -> uint8 blocks, last dim in bytes. "
-          "importance: None or one float32 weight per row element (the types with an importance-aware "
-          "quantizer, bit-exact with ggml's quantize_<type> given the same weights).");
+          "float32 array (last dim a multiple of the block size) -> uint8 blocks, last dim in bytes. importance: "
+          "None, or float32 [last dim]: every row quantized weighted by it, as llama-quantize --imatrix does.");
     m.def("type_info", &type_info_py, py::arg("type"),
           "The type registry's entry of a supported ggml type id: dict(id, name, block_elems, block_bytes, "
           "quantized, vec_dot_type, can_quantize, kernels, repackable).");

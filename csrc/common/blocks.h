@@ -171,9 +171,10 @@ struct TypeTraits {
     // the level below. Null everywhere for types never used as activations.
     ActQuantFn act_quant[3];
     BseqFamily bseq;         // its block-sequential family: repacked into panels at load when not None
-    // One row of n_per_row floats -> blocks with per-weight importance (n_per_row floats, e.g. an
-    // imatrix's mean squared activations; nullptr: none), bit-exact with ggml's quantize_<type>.
-    // Null for types whose quantizer takes no importance.
+    // Importance-weighted quantization of one row of n_per_row (llama-quantize --imatrix: ggml's
+    // quantize_<type> with quant_weights); importance = n_per_row floats, or nullptr for the
+    // unweighted quantizer's bytes (types without one, IQ2_XXS and IQ2_XS, refuse nullptr). Null
+    // for types whose quantizer ignores importances.
     void (*quantize_weighted)(const float* src, void* dst, int64_t n_per_row, const float* importance) = nullptr;
     // llama-quantize refuses this type without an importance matrix (llama-quant.cpp's
     // tensor_requires_imatrix): the converter asks for one.

@@ -105,6 +105,19 @@ Model::~Model() {
     if (embd_.fd >= 0) close(embd_.fd);
 }
 
+void Model::collect_activations(bool on) {
+    std::unique_ptr<ActivationStats> stats = on ? std::make_unique<ActivationStats>() : nullptr;
+    for (const auto& be : backends_) {
+        if (be->observe_activations(stats.get())) continue;
+        for (const auto& b : backends_) b->observe_activations(nullptr);
+        activation_stats_.reset();
+        throw std::invalid_argument(std::string("collecting activation statistics needs every layer on a backend "
+                                                "that can observe its matmuls; ") + be->name() + " cannot (run "
+                                                "with no GPU layers)");
+    }
+    activation_stats_ = std::move(stats);
+}
+
 void Model::reserve(int64_t T) {
     for (const auto& be : backends_) be->reserve(T);
 }

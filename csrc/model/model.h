@@ -11,6 +11,7 @@
 #include <vector>
 #include "backends/backend.h"
 #include "gguf/gguf.h"
+#include "model/activation_stats.h"
 #include "model/kv_cache.h"
 #include "backends/cpu/quants/quants.h"
 #include "common/rope.h"
@@ -196,6 +197,12 @@ public:
     // Whether the model can generate (has an output head): encoders cannot.
     bool has_output_head() const { return w_.output.present(); }
     bool bidirectional() const { return arch_->bidirectional; }
+    // Collect llama-imatrix's activation statistics over the forwards from now on (a fresh set),
+    // or stop and drop them. Refused (std::invalid_argument) where a layer runs on a backend that
+    // cannot observe its matmuls (only the CPU's can).
+    void collect_activations(bool on);
+    // The statistics so far; nullptr when not collecting.
+    const ActivationStats* activation_stats() const { return activation_stats_.get(); }
     // Scratch on every backend for batches of up to T tokens (forward grows it as needed).
     void reserve(int64_t T);
     // Set while a Python caller runs forward or copy_block: the binding refuses a second thread
@@ -230,6 +237,7 @@ private:
     } view_;
     Isa isa_;
     Numerics numerics_ = Numerics::Fast;
+    std::unique_ptr<ActivationStats> activation_stats_;
 };
 
 }  // namespace lll

@@ -37,6 +37,11 @@ struct WeightRef {
     size_t row_bytes = 0;
     Placement placement;   // set by the Model from its layer's backend
     bool repacked = false;   // data is matmul.h's repacked layout (16-row panels), not GGUF rows
+    // The GGUF tensor it is or is a view of (a fused matrix's part, one expert of a 3-D tensor):
+    // what activation statistics (activation_stats.h) are keyed by.
+    std::string tensor;
+    int32_t expert = -1;     // the expert this view is, of n_expert; -1 for a plain matrix
+    int32_t n_expert = 0;
 
     bool present() const { return data != nullptr; }
     size_t bytes() const { return row_bytes * (size_t)ne1; }

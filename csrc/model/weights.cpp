@@ -97,6 +97,7 @@ static WeightRef weight_ref(const GGUFTensor& t, const std::string& name, int64_
     const TypeTraits* tt = type_traits(t.type);
     WeightRef w;
     w.name = name;
+    w.tensor = t.name;
     w.type = t.type;
     w.data = t.data;
     w.ne0 = ne0;
@@ -143,6 +144,8 @@ static void load_experts(const GGUFFile& f, const HParams& hp, const std::string
         views.assign((size_t)hp.n_expert, all);
         for (int e = 0; e < hp.n_expert; ++e) {
             views[e].name = name + " expert " + std::to_string(e);
+            views[e].expert = e;
+            views[e].n_expert = hp.n_expert;
             views[e].data = all.data + (size_t)e * (size_t)want[1] * all.row_bytes;
         }
     }

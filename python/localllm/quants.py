@@ -78,13 +78,18 @@ def dequantize(data: Any, qtype: int, shape: Sequence[int]) -> np.ndarray:
     return _core.dequantize(raw, int(qtype), n_elements).reshape(shape)
 
 
-def quantize(array: Any, qtype: int) -> np.ndarray:
+def quantize(array: Any, qtype: int, importance: Any = None) -> np.ndarray:
     """float32 array -> uint8 array of ``qtype`` blocks, shaped like gguf-py's (last dim in bytes).
 
     Each row (the last dimension, a multiple of the block size) is quantized independently,
     bit-exact with ggml's reference quantizer. Non-float32 input is converted to float32 first.
+    ``importance``: one non-negative weight per column (an imatrix's mean squared activations,
+    :meth:`localllm.imatrix.Imatrix.importance`): the rows are quantized as ``llama-quantize
+    --imatrix`` does, byte for byte (types whose ggml quantizer ignores it give the same bytes
+    as without).
     """
     x = np.asarray(array, dtype=np.float32)
     if x.ndim == 0:   # checked first: ascontiguousarray would turn a scalar into shape (1,)
         raise ValueError("quantize needs an array with at least one dimension")
-    return _core.quantize(np.ascontiguousarray(x), int(qtype))
+    qw = None if importance is None else np.ascontiguousarray(importance, dtype=np.float32)
+    return _core.quantize(np.ascontiguousarray(x), int(qtype), qw)

@@ -13,6 +13,7 @@
 #include "backends/cpu/footprint_cpu.h"
 #include "model/footprint.h"
 #include "backends/cpu/matmul.h"
+#include "model/activation_stats.h"
 #include "model/model.h"
 #include "backends/cpu/ops.h"
 #include "backends/cpu/ggml_numerics/ggml_order.h"
@@ -59,6 +60,10 @@ public:
     void reserve(int64_t T) override;
     void begin_batch(const Batch& b) override { batch_ = &b; }
 
+    bool observe_activations(ActivationStats* stats) override {
+        observer_ = stats;
+        return true;
+    }
     void linear_group(const LinearOut* outs, int n, const float* x, int64_t T) override;
     void rms_norm(const float* x, const WeightRef& w, float* y, int64_t rows, int64_t n, float eps) override {
         rms_norm_rows(pool_, x, w.f32(), y, rows, n, eps);
@@ -114,6 +119,7 @@ private:
     Isa isa_;
     Numerics numerics_;
     const Batch* batch_ = nullptr;
+    ActivationStats* observer_ = nullptr;        // set while a Model collects activation statistics
     std::vector<const WeightRef*> matrices_;     // what it multiplies (sizes the xq scratch)
     std::unique_ptr<Buffer> repacked_;           // the repacked matrices, one arena
     std::unique_ptr<Buffer> vector_copies_;      // norm weights and biases, out of the mapping
@@ -232,6 +238,11 @@ void CpuBackend::flush_group(PendingGroup& group, int64_t T) {
 // x is quantized once for each run of matrices that share an activation type, not once per
 // matrix, and the repacked ones of a run go to the pool together.
 void CpuBackend::linear_group(const LinearOut* outs, int n, const float* x, int64_t T) {
+    if (observer_) {
+        // The parts of one fused tensor (consecutive in a group) are one multiplication of x.
+        for (int i = 0; i < n; ++i)
+            if (i == 0 || outs[i].w->tensor != outs[i - 1].w->tensor) observer_->observe(*outs[i].w, x, T);
+    }
     void* xq = xq_->data();
     PendingGroup group;
     bool quantized = false;

@@ -24,10 +24,12 @@ void dequantize_row(GGMLType type, const void* src, float* dst, int64_t n);
 // quantize_row_ref: n floats -> blocks, bit-exact with ggml's quantize_row_*_ref (and gguf-py).
 void quantize_row_ref(GGMLType type, const float* src, void* dst, int64_t n);
 bool can_quantize(GGMLType type);
-// quantize_row_weighted: as quantize_row_ref with per-weight importance (n floats, or nullptr),
-// bit-exact with ggml's quantize_<type>(src, dst, 1, n, importance). Types without an
-// importance-aware quantizer ignore it; types that cannot quantize without one (IQ2_XXS,
-// IQ2_XS) throw std::invalid_argument on nullptr.
+// quantize_row_weighted: one row of n floats -> blocks, weighted by `importance` (n floats: the
+// imatrix's per-column mean squared activation) as llama-quantize --imatrix does, byte for byte
+// with ggml's quantize_<type>(src, dst, 1, n, importance); importance nullptr: quantize_row_ref's
+// bytes. Types whose ggml quantizer ignores importances (Q8_0, the float types) give
+// quantize_row_ref's bytes either way; types with no unweighted quantizer (IQ2_XXS, IQ2_XS) throw
+// std::invalid_argument on nullptr.
 void quantize_row_weighted(GGMLType type, const float* src, void* dst, int64_t n, const float* importance);
 
 // ---- activation quantization + dot products (csrc/backends/cpu/quants/dot/dot_*.cpp) ----

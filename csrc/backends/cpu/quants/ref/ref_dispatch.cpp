@@ -53,16 +53,16 @@ void quantize_row_ref(GGMLType type, const float* src, void* dst, int64_t n) {
 
 void quantize_row_weighted(GGMLType type, const float* src, void* dst, int64_t n, const float* importance) {
     const TypeTraits* tt = type_traits(type);
-    if (!tt || !tt->quantize_weighted) {
-        quantize_row_ref(type, src, dst, n);
-        return;
+    if (!tt || (!tt->quantize && !tt->quantize_weighted)) {
+        throw std::invalid_argument("quantize: cannot quantize f32 to " + type_label(type));
     }
     check_elements("quantize", type, n);
     if (!importance && !tt->quantize) {
-        throw std::invalid_argument(std::string("quantize: ") + tt->name +
-                                    " needs importance weights (an importance matrix)");
+        throw std::invalid_argument(std::string("quantize: ") + tt->name + " needs an importance matrix (--imatrix)");
     }
-    if (n > 0) tt->quantize_weighted(src, dst, n, importance);
+    if (n == 0) return;
+    if (importance && tt->quantize_weighted) tt->quantize_weighted(src, dst, n, importance);
+    else tt->quantize(src, dst, n);
 }
 
 bool can_quantize(GGMLType type) {

@@ -73,10 +73,9 @@ inline void fit_sums(const float* xb, const float* weight, float id, float* sumq
 }
 
 // The scale of one block of 32 (0 for an all-zero block), its quants in Lb: the first fit at
-// max / kvalues[0], then the best of 2 * kTries + 1 scales around it.
-float block_scale(const float* xb, uint8_t* Lb) {
-    float weight[32];
-    for (int j = 0; j < 32; ++j) weight[j] = xb[j] * xb[j];
+// max / kvalues[0], then the best of 2 * kTries + 1 scales around it, each judged by the squared
+// error weighted by `weight`.
+float block_scale(const float* xb, const float* weight, uint8_t* Lb) {
     float amax = 0, max = 0;
     for (int j = 0; j < 32; ++j) {
         const float ax = fabsf(xb[j]);
@@ -107,6 +106,78 @@ float block_scale(const float* xb, uint8_t* Lb) {
 void pack_nibbles(const uint8_t* L, uint8_t* qs, int n) {
     for (int i = 0; i < n / 32; ++i)
         for (int j = 0; j < 16; ++j) qs[16 * i + j] = (uint8_t)(L[32 * i + j] | (L[32 * i + 16 + j] << 4));
+}
+
+// The error weights of a block of 32: x^2 without an imatrix; with one (qw), the importance
+// scaled up where x is large, qw[j] * sqrt(sigma2 + x[j]^2), sigma2 twice the super-block's
+// mean square (ggml's quantize_row_iq4_nl_impl).
+void block_weights(const float* xb, const float* qw, float sigma2, float* weight) {
+    if (qw) {
+        for (int j = 0; j < 32; ++j) weight[j] = qw[j] * sqrtf(sigma2 + xb[j] * xb[j]);
+    } else {
+        for (int j = 0; j < 32; ++j) weight[j] = xb[j] * xb[j];
+    }
+}
+
+// sigma2 of a super-block of n: the sum of squares times 2 / n, as ggml rounds it.
+float super_block_sigma2(const float* x, int n) {
+    float sigma2 = 0;
+    for (int j = 0; j < n; ++j) sigma2 += x[j] * x[j];
+    sigma2 *= 2.f / n;
+    return sigma2;
+}
+
+void iq4_nl_row(const float* src, void* dst, int64_t k, const float* qw) {
+    block_iq4_nl* y = static_cast<block_iq4_nl*>(dst);
+    for (int64_t i = 0; i < k / QK4_NL; ++i) {
+        const float* x = src + i * QK4_NL;
+        uint8_t L[QK4_NL];
+        float weight[QK4_NL];
+        block_weights(x, qw ? qw + i * QK4_NL : nullptr, qw ? super_block_sigma2(x, QK4_NL) : 0.f, weight);
+        const float d = block_scale(x, weight, L);
+        y[i].d = f32_to_fp16(d);
+        // The quants again against the final scale (the search keeps only the scale).
+        const float id = d ? 1 / d : 0;
+        for (int j = 0; j < QK4_NL; ++j) L[j] = (uint8_t)best_index(id * x[j]);
+        pack_nibbles(L, y[i].qs, QK4_NL);
+    }
+}
+
+void iq4_xs_row(const float* src, void* dst, int64_t k, const float* qw) {
+    block_iq4_xs* y = static_cast<block_iq4_xs*>(dst);
+    for (int64_t i = 0; i < k / QK_K; ++i) {
+        const float* x = src + i * QK_K;
+        const float* qwb = qw ? qw + i * QK_K : nullptr;
+        const float sigma2 = qw ? super_block_sigma2(x, QK_K) : 0.f;
+        uint8_t L[QK_K];
+        float scales[QK_K / 32], weight[32];
+        float max_scale = 0, amax_scale = 0;
+        for (int ib = 0; ib < QK_K / 32; ++ib) {
+            block_weights(x + 32 * ib, qwb ? qwb + 32 * ib : nullptr, sigma2, weight);
+            scales[ib] = block_scale(x + 32 * ib, weight, L + 32 * ib);
+            const float abs_d = fabsf(scales[ib]);
+            if (abs_d > amax_scale) {
+                amax_scale = abs_d;
+                max_scale = scales[ib];
+            }
+        }
+        // Sub-block scales as 6-bit multiples of d = -max_scale / 32, quants re-picked for them.
+        const float d = -max_scale / 32;
+        y[i].d = f32_to_fp16(d);
+        y[i].scales_h = 0;
+        const float id = d ? 1 / d : 0.f;
+        for (int ib = 0; ib < QK_K / 32; ++ib) {
+            const int l = std::max(-32, std::min(31, nearest_int(id * scales[ib])));
+            const float dl = d * (float)l;
+            const float idl = dl ? 1 / dl : 0.f;
+            for (int j = 0; j < 32; ++j) L[32 * ib + j] = (uint8_t)best_index(idl * x[32 * ib + j]);
+            const int biased = l + 32;
+            if (ib % 2 == 0) y[i].scales_l[ib / 2] = (uint8_t)(biased & 0x0F);
+            else y[i].scales_l[ib / 2] |= (uint8_t)((biased & 0x0F) << 4);
+            y[i].scales_h |= (uint16_t)((biased >> 4) << 2 * (ib % 8));
+        }
+        pack_nibbles(L, y[i].qs, QK_K);
+    }
 }
 
 }  // namespace
@@ -140,53 +211,10 @@ void dequantize_iq4_xs(const void* src, float* dst, int64_t k) {
     }
 }
 
-void quantize_iq4_nl(const float* src, void* dst, int64_t k) {
-    block_iq4_nl* y = static_cast<block_iq4_nl*>(dst);
-    for (int64_t i = 0; i < k / QK4_NL; ++i) {
-        const float* x = src + i * QK4_NL;
-        uint8_t L[QK4_NL];
-        const float d = block_scale(x, L);
-        y[i].d = f32_to_fp16(d);
-        // The quants again against the final scale (the search keeps only the scale).
-        const float id = d ? 1 / d : 0;
-        for (int j = 0; j < QK4_NL; ++j) L[j] = (uint8_t)best_index(id * x[j]);
-        pack_nibbles(L, y[i].qs, QK4_NL);
-    }
-}
-
-void quantize_iq4_xs(const float* src, void* dst, int64_t k) {
-    block_iq4_xs* y = static_cast<block_iq4_xs*>(dst);
-    for (int64_t i = 0; i < k / QK_K; ++i) {
-        const float* x = src + i * QK_K;
-        uint8_t L[QK_K];
-        float scales[QK_K / 32];
-        float max_scale = 0, amax_scale = 0;
-        for (int ib = 0; ib < QK_K / 32; ++ib) {
-            scales[ib] = block_scale(x + 32 * ib, L + 32 * ib);
-            const float abs_d = fabsf(scales[ib]);
-            if (abs_d > amax_scale) {
-                amax_scale = abs_d;
-                max_scale = scales[ib];
-            }
-        }
-        // Sub-block scales as 6-bit multiples of d = -max_scale / 32, quants re-picked for them.
-        const float d = -max_scale / 32;
-        y[i].d = f32_to_fp16(d);
-        y[i].scales_h = 0;
-        const float id = d ? 1 / d : 0.f;
-        for (int ib = 0; ib < QK_K / 32; ++ib) {
-            const int l = std::max(-32, std::min(31, nearest_int(id * scales[ib])));
-            const float dl = d * (float)l;
-            const float idl = dl ? 1 / dl : 0.f;
-            for (int j = 0; j < 32; ++j) L[32 * ib + j] = (uint8_t)best_index(idl * x[32 * ib + j]);
-            const int biased = l + 32;
-            if (ib % 2 == 0) y[i].scales_l[ib / 2] = (uint8_t)(biased & 0x0F);
-            else y[i].scales_l[ib / 2] |= (uint8_t)((biased & 0x0F) << 4);
-            y[i].scales_h |= (uint16_t)((biased >> 4) << 2 * (ib % 8));
-        }
-        pack_nibbles(L, y[i].qs, QK_K);
-    }
-}
+void quantize_iq4_nl(const float* src, void* dst, int64_t k) { iq4_nl_row(src, dst, k, nullptr); }
+void quantize_iq4_xs(const float* src, void* dst, int64_t k) { iq4_xs_row(src, dst, k, nullptr); }
+void quantize_weighted_iq4_nl(const float* src, void* dst, int64_t k, const float* qw) { iq4_nl_row(src, dst, k, qw); }
+void quantize_weighted_iq4_xs(const float* src, void* dst, int64_t k, const float* qw) { iq4_xs_row(src, dst, k, qw); }
 
 }  // namespace ref
 }  // namespace lll

@@ -78,6 +78,20 @@ void quantize_weighted_iq3_s(const float* src, void* dst, int64_t k, const float
 void quantize_iq2_s(const float* src, void* dst, int64_t k);
 void quantize_iq3_xxs(const float* src, void* dst, int64_t k);
 void quantize_iq3_s(const float* src, void* dst, int64_t k);
+// ---- importance-weighted quantization of one row of n (ref_weighted.cpp, ref_iquants.cpp) ----
+// qw: n importances (the imatrix's per-column mean squared activation), or null: the unweighted
+// quantizer's bytes (what ggml's quantize_<type> writes without quant_weights).
+void quantize_weighted_q2_K(const float* src, void* dst, int64_t n, const float* qw);
+void quantize_weighted_q3_K(const float* src, void* dst, int64_t n, const float* qw);
+void quantize_weighted_q4_K(const float* src, void* dst, int64_t n, const float* qw);
+void quantize_weighted_q5_K(const float* src, void* dst, int64_t n, const float* qw);
+void quantize_weighted_q6_K(const float* src, void* dst, int64_t n, const float* qw);
+void quantize_weighted_q4_0(const float* src, void* dst, int64_t n, const float* qw);
+void quantize_weighted_q4_1(const float* src, void* dst, int64_t n, const float* qw);
+void quantize_weighted_q5_0(const float* src, void* dst, int64_t n, const float* qw);
+void quantize_weighted_q5_1(const float* src, void* dst, int64_t n, const float* qw);
+void quantize_weighted_iq4_nl(const float* src, void* dst, int64_t n, const float* qw);
+void quantize_weighted_iq4_xs(const float* src, void* dst, int64_t n, const float* qw);
 
 // float -> int32 truncation as x86's cvttss2si does it, without C++'s undefined behaviour:
 // NaN and values outside the int32 range give INT32_MIN. ggml's `(int8_t)(x + 8.5f)` style
