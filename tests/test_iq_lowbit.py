@@ -119,7 +119,7 @@ def test_needs_importance_is_refused_with_a_clear_error():
     for t in NO_UNWEIGHTED:
         with pytest.raises(ValueError, match="quantize"):
             _core.quantize(x, int(t))
-    with pytest.raises(ValueError, match="importance has 3 weights"):
+    with pytest.raises(ValueError, match="importance has 3 values"):
         _core.quantize(x, int(T.IQ3_S), importance=np.ones(3, np.float32))
     with pytest.raises(ValueError, match="takes no importance"):
         _core.quantize(x, int(T.Q4_0), importance=np.ones(512, np.float32))

@@ -20,20 +20,13 @@
 #include "common/blocks.h"
 #include "common/fp16.h"
 #include "backends/cpu/quants/ref/iq_lattice.h"
+#include "backends/cpu/quants/ref/ggml_rounding.h"
 #include "backends/cpu/quants/ref/ref_rows.h"
 
 namespace lll {
 namespace ref {
 
 namespace {
-
-// ggml's nearest_int (round half to even through the 1.5 * 2^23 bias).
-inline int nearest_int(float v) {
-    const float biased = v + 12582912.0f;
-    int32_t bits;
-    memcpy(&bits, &biased, sizeof(bits));
-    return (bits & 0x007fffff) - 0x00400000;
-}
 
 inline float fmax_ggml(float a, float b) { return a > b ? a : b; }   // ggml's MAX
 
@@ -68,69 +61,6 @@ struct GroupFit {
     int grid[8];
     uint8_t signs[4];
 };
-
-// ggml's make_qp_quants: a non-negative scale for n values in [0, nmax] by weighted search.
-// L is unsigned as in ggml: a negative level (the flipped magnitude of a parity type) wraps.
-float make_qp_quants(int n, int nmax, const float* x, uint8_t* L, const float* w) {
-    float max = 0;
-    for (int i = 0; i < n; ++i) max = fmax_ggml(max, x[i]);
-    if (max < 1e-15f) {
-        for (int i = 0; i < n; ++i) L[i] = 0;
-        return 0.f;
-    }
-    float iscale = nmax / max;
-    for (int i = 0; i < n; ++i) L[i] = (uint8_t)nearest_int(iscale * x[i]);
-    const float scale = 1 / iscale;
-    float best_mse = 0;
-    for (int i = 0; i < n; ++i) {
-        const float diff = x[i] - scale * L[i];
-        best_mse += w[i] * diff * diff;
-    }
-    for (int is = -4; is <= 4; ++is) {
-        if (is == 0) continue;
-        const float iscale_is = (0.1f * is + nmax) / max;
-        const float scale_is = 1 / iscale_is;
-        float mse = 0;
-        for (int i = 0; i < n; ++i) {
-            const int l = std::min(nmax, nearest_int(iscale_is * x[i]));
-            const float diff = x[i] - scale_is * l;
-            mse += w[i] * diff * diff;
-        }
-        if (mse < best_mse) {
-            best_mse = mse;
-            iscale = iscale_is;
-        }
-    }
-    float sumlx = 0, suml2 = 0;
-    for (int i = 0; i < n; ++i) {
-        const int l = std::min(nmax, nearest_int(iscale * x[i]));
-        L[i] = (uint8_t)l;
-        sumlx += w[i] * x[i] * l;
-        suml2 += w[i] * l * l;
-    }
-    for (int itry = 0; itry < 5; ++itry) {
-        int n_changed = 0;
-        for (int i = 0; i < n; ++i) {
-            float slx = sumlx - w[i] * x[i] * L[i];
-            float sl2 = suml2 - w[i] * L[i] * L[i];
-            if (slx > 0 && sl2 > 0) {
-                const int new_l = std::min(nmax, nearest_int(x[i] * sl2 / slx));
-                if (new_l != L[i]) {
-                    slx += w[i] * x[i] * new_l;
-                    sl2 += w[i] * new_l * new_l;
-                    if (slx * slx * suml2 > sumlx * sumlx * sl2) {
-                        L[i] = (uint8_t)new_l;
-                        sumlx = slx;
-                        suml2 = sl2;
-                        ++n_changed;
-                    }
-                }
-            }
-        }
-        if (!n_changed) break;
-    }
-    return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
-}
 
 // Magnitudes of the group's weights into xval, their signs into fit.signs (parity types: an odd
 // number of negatives in 8 flips the one of least weight * x^2, and keeps 7 bits).

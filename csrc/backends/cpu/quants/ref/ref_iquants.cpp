@@ -24,6 +24,7 @@
 
 #include "common/blocks.h"
 #include "common/fp16.h"
+#include "backends/cpu/quants/ref/ggml_rounding.h"
 #include "backends/cpu/quants/ref/ref_rows.h"
 
 namespace lll {
@@ -31,16 +32,7 @@ namespace ref {
 
 namespace {
 
-constexpr float kGroupMaxEps = 1e-15f;   // ggml's GROUP_MAX_EPS: below it a group is all zeros
 constexpr int kTries = 7;                // llama-quantize's ntry: scales tried on each side
-
-// ggml's nearest_int (round half to even through the 1.5 * 2^23 bias).
-inline int nearest_int(float v) {
-    const float biased = v + 12582912.0f;
-    int32_t bits;
-    memcpy(&bits, &biased, sizeof(bits));
-    return (bits & 0x007fffff) - 0x00400000;
-}
 
 // Index of the grid value nearest to x (ties to the lower one), ggml's best_index_int8.
 inline int best_index(float x) {

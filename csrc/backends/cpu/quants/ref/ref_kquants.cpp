@@ -19,24 +19,13 @@
 
 #include "common/blocks.h"
 #include "common/fp16.h"
+#include "backends/cpu/quants/ref/ggml_rounding.h"
 #include "backends/cpu/quants/ref/ref_rows.h"
 
 namespace lll {
 namespace ref {
 
 namespace {
-
-// Below this a group is treated as all zeros (ggml's GROUP_MAX_EPS).
-constexpr float kGroupMaxEps = 1e-15f;
-
-// Round to nearest, ties to even, by adding 1.5 * 2^23 and reading the mantissa bits: ggml's
-// nearest_int. Valid for |v| <= 2^22 - 1; outside that it returns the same garbage ggml does.
-inline int nearest_int(float v) {
-    const float biased = v + 12582912.0f;
-    int32_t bits;
-    memcpy(&bits, &biased, sizeof(bits));
-    return (bits & 0x007fffff) - 0x00400000;
-}
 
 inline int clamp_int(int v, int lo, int hi) { return std::max(lo, std::min(hi, v)); }
 

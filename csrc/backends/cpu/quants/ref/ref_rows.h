@@ -78,6 +78,11 @@ void quantize_weighted_iq3_s(const float* src, void* dst, int64_t k, const float
 void quantize_iq2_s(const float* src, void* dst, int64_t k);
 void quantize_iq3_xxs(const float* src, void* dst, int64_t k);
 void quantize_iq3_s(const float* src, void* dst, int64_t k);
+// ggml's make_qp_quants (ref_weighted.cpp): levels L[i] in [0, nmax] for x (the K-quants'
+// sub-block scales and mins, the i-quants' group magnitudes: a negative level wraps in the uint8,
+// as in ggml) by a weighted search; returns the scale.
+float make_qp_quants(int n, int nmax, const float* x, uint8_t* L, const float* w);
+
 // ---- importance-weighted quantization of one row of n (ref_weighted.cpp, ref_iquants.cpp) ----
 // qw: n importances (the imatrix's per-column mean squared activation), or null: the unweighted
 // quantizer's bytes (what ggml's quantize_<type> writes without quant_weights).

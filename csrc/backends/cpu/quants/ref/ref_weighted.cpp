@@ -22,22 +22,13 @@
 
 #include "common/blocks.h"
 #include "common/fp16.h"
+#include "backends/cpu/quants/ref/ggml_rounding.h"
 #include "backends/cpu/quants/ref/ref_rows.h"
 
 namespace lll {
 namespace ref {
 
 namespace {
-
-constexpr float kGroupMaxEps = 1e-15f;   // ggml's GROUP_MAX_EPS: below it a group is all zeros
-
-// ggml's nearest_int (round half to even through the 1.5 * 2^23 bias).
-inline int nearest_int(float v) {
-    const float biased = v + 12582912.0f;
-    int32_t bits;
-    memcpy(&bits, &biased, sizeof(bits));
-    return (bits & 0x007fffff) - 0x00400000;
-}
 
 // Symmetric quants L[i] = l + nmax, l in [-nmax, nmax - 1], weights qw (rmse_type 1); returns the
 // scale: the best of 19 candidate inverse scales around -nmax / max by weighted least squares.
@@ -184,11 +175,12 @@ float qp_best_iscale(int n, int nmax, const float* x, const float* qw, float max
     return iscale;
 }
 
-// Quants L[i] in [0, nmax] of non-negative x (sub-block scales or mins) with weights qw; returns
-// the scale: the best start, then up to 5 passes moving single quants while the fit improves.
+}  // namespace
+
+// ggml's make_qp_quants (ref_rows.h): also the i-quants' first fit (ref_iq_quant.cpp).
 float make_qp_quants(int n, int nmax, const float* x, uint8_t* L, const float* qw) {
     float max = 0;
-    for (int i = 0; i < n; ++i) max = std::max(max, x[i]);
+    for (int i = 0; i < n; ++i) max = max > x[i] ? max : x[i];   // ggml's MAX, NaN included
     if (max < kGroupMaxEps) {
         for (int i = 0; i < n; ++i) L[i] = 0;
         return 0.f;
@@ -224,6 +216,8 @@ float make_qp_quants(int n, int nmax, const float* x, uint8_t* L, const float* q
     }
     return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
 }
+
+namespace {
 
 // weight[l] = qw[l] * sqrt(sigma2 + x[l]^2): the importance, scaled up where x is large.
 inline void importance_weights(int n, const float* x, const float* qw, float sigma2, float* weight) {
