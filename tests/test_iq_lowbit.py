@@ -121,8 +121,9 @@ def test_needs_importance_is_refused_with_a_clear_error():
             _core.quantize(x, int(t))
     with pytest.raises(ValueError, match="importance has 3 values"):
         _core.quantize(x, int(T.IQ3_S), importance=np.ones(3, np.float32))
-    with pytest.raises(ValueError, match="takes no importance"):
-        _core.quantize(x, int(T.Q4_0), importance=np.ones(512, np.float32))
+    # a type whose ggml quantizer ignores importances (Q8_0) writes its unweighted bytes
+    weighted = _core.quantize(x, int(T.Q8_0), importance=np.linspace(0, 2, 512, dtype=np.float32))
+    assert np.array_equal(weighted, _core.quantize(x, int(T.Q8_0)))
 
 
 # ---------------------------------------------------------------------------------------------
