@@ -303,7 +303,22 @@ static py::object activation_stats_py(const Model& self) {
     return out;
 }
 
-void register_model(py::module_& m) {
+// The imatrix collector's entry points (localllm imatrix).
+static void register_activation_stats(py::class_<Model>& model) {
+    model
+        .def("collect_activations", [](Model& self, bool on) {
+            if (self.in_use.load()) throw std::runtime_error("collect_activations while a forward runs");
+            self.collect_activations(on);
+        }, py::arg("on"),
+             "Start collecting llama-imatrix's activation statistics over the forwards (a fresh set), or stop "
+             "(on=False) and drop them. Every layer must run on the CPU.")
+        .def("activation_stats", &activation_stats_py,
+             "{GGUF tensor name: (sum2 float32 [n_mat, n_cols], counts int64 [n_mat])} collected so far: per input "
+             "column, the sum of squares of the matrix's float inputs, and the rows summed (n_mat = its experts, "
+             "or 1). None when not collecting.");
+}
+
+static void register_footprint(py::module_& m) {
     py::class_<Footprint>(m, "Footprint", "The bytes each device would allocate for a model file (the planner's input).")
         .def(py::init([](const std::string& path, const std::string& numerics) {
                  return new Footprint(path, parse_numerics(numerics));
@@ -317,7 +332,12 @@ void register_model(py::module_& m) {
              "{device: {'weights', 'kv', 'scratch'}} for the last n_gpu_layers layers (and the output head) on "
              "the GPU, a pool of kv_blocks blocks and batches of up to n_batch tokens. device: the GPU's device "
              "string ('' = the automatic choice, 'Vulkan', 'CUDA:1', ...; resolve_device).");
-    py::class_<Model>(m, "Model", "A loaded model: weights mapped from GGUF, a paged KV cache, a thread pool.")
+}
+
+void register_model(py::module_& m) {
+    register_footprint(m);
+    py::class_<Model> model(m, "Model", "A loaded model: weights mapped from GGUF, a paged KV cache, a thread pool.");
+    model
         .def(py::init([](const std::string& path, int n_threads, int64_t kv_blocks, int kv_block_size,
                          const std::string& numerics, int n_gpu_layers, const std::string& cache_type_k,
                          const std::string& cache_type_v, int64_t n_ctx, const std::string& device) {
@@ -359,16 +379,6 @@ void register_model(py::module_& m) {
              py::arg("block_tables"), py::arg("output_rows"), py::arg("hidden_rows"),
              "One forward giving (logits [len(output_rows), n_vocab], hidden states [len(hidden_rows), n_embd]): "
              "generation and embeddings in the same batch (a model with an output head).")
-        .def("collect_activations", [](Model& self, bool on) {
-            if (self.in_use.load()) throw std::runtime_error("collect_activations while a forward runs");
-            self.collect_activations(on);
-        }, py::arg("on"),
-             "Start collecting llama-imatrix's activation statistics over the forwards (a fresh set), or stop "
-             "(on=False) and drop them. Every layer must run on the CPU.")
-        .def("activation_stats", &activation_stats_py,
-             "{GGUF tensor name: (sum2 float32 [n_mat, n_cols], counts int64 [n_mat])} collected so far: per input "
-             "column, the sum of squares of the matrix's float inputs, and the rows summed (n_mat = its experts, "
-             "or 1). None when not collecting.")
         .def_property_readonly("has_output_head", &Model::has_output_head,
              "Whether the model can generate (encoder-only models cannot).")
         .def_property_readonly("bidirectional", &Model::bidirectional,
@@ -402,5 +412,6 @@ void register_model(py::module_& m) {
                  self.kv().copy_block(src, dst);
              },
              py::arg("src"), py::arg("dst"), "Copy one KV block's contents in every layer (copy-on-write).");
+    register_activation_stats(model);
     m.def("supported_architectures", &supported_archs);
 }
