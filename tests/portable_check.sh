@@ -46,7 +46,8 @@ run_cmd=${install_cmd#pip install . && }   # the localllm commands after the ins
 )
 
 echo "+ build/portable (the test harness included)"
-cmake -S . -B build/portable -G Ninja -DLOCALLLM_PORTABLE=ON -DLOCALLLM_CUDA=OFF \
+# Every variant named: a tree configured earlier with fewer (LOCALLLM_VARIANTS is cached) is reset.
+cmake -S . -B build/portable -G Ninja -DLOCALLLM_PORTABLE=ON -DLOCALLLM_VARIANTS="baseline;avx2;avx512" -DLOCALLLM_CUDA=OFF \
   -DCMAKE_INTERPROCEDURAL_OPTIMIZATION=OFF -DCMAKE_CXX_COMPILER_LAUNCHER=ccache \
   -Dpybind11_DIR="$(python -m pybind11 --cmakedir)" >/dev/null
 cmake --build build/portable -j2 >/dev/null
