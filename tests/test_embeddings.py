@@ -63,9 +63,9 @@ def test_tiny_bert_cls_pooling_and_packing(tiny_bert):
 
 @pytest.mark.parametrize("type_", ["f16", "q8_0"])
 def test_vectors_do_not_depend_on_the_batch(tiny_bert, type_):
-    """The same bits for a text alone and in a batch of them: F16 runs a 3-token text ("A") through
-    the converting tiles, longer ones and the batch through rows widened once with q/k/v and their
-    biases in one parallel region (matmul.cpp); Q8_0 runs its block-sequential kernels."""
+    """The same bits for a text alone (3 to ~90 tokens) and in a batch of them: F16 runs q/k/v
+    in one parallel region with their biases added inside it (matmul_q_group), Q8_0 its
+    block-sequential kernels."""
     _, gguf = tiny_bert(type_)
     llm = LLM(str(gguf), n_threads=2, n_ctx=512)
     alone = np.concatenate([llm.embed([t]) for t in TEXTS])

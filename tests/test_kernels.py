@@ -464,10 +464,10 @@ def test_thread_invariance(t: T) -> None:
 
 @pytest.mark.parametrize("t", [T.F16, T.BF16], ids=lambda t: t.name)
 def test_float_batches_keep_the_bits_of_one_row(t: T) -> None:
-    """F16 / BF16 batches of 4 rows or more run the level's F32 tiles on rows widened once
-    (matmul_widened in matmul.cpp): every result must equal the 1 x 1 kernel on the raw rows, for
-    1-16 activation rows (a short text's tokens), K off the SIMD width, weight rows that end
-    inside a tile, several activation blocks (70 rows of K = 1003) and 1-3 threads."""
+    """F16 / BF16 matmuls run as units of (activation block, 16 weight rows) that the threads take
+    from a shared counter (matmul_tile_jobs in matmul.cpp): every result must equal the 1 x 1
+    kernel, for 1-16 activation rows (a short text's tokens), K off the SIMD width, weight rows
+    that end inside a tile and a run, two activation blocks (70 rows) and 1-3 threads."""
     rng = np.random.default_rng(int(t) + 400)
     n = 37
     for k in (100, 392, 1003):

@@ -213,25 +213,25 @@ void CpuBackend::linear_quantized(const WeightRef& w, const void* xq, int64_t T,
 }
 
 // Matrices waiting to run on the quantized x in xq_ in one parallel region (a fixed array: no
-// allocation): all repacked, or all of one type whose rows matmul widens (widens_rows).
+// allocation): all repacked, or all of one type that runs tile kernels (runs_tiles).
 struct CpuBackend::PendingGroup {
     static constexpr int kMax = 4;
     const LinearOut* out[kMax];
     int n = 0;
-    bool widened = false;
+    bool tiles = false;
 };
 
-// The matrices collected for one quantized x, as one matmul_q_repacked_group or
-// matmul_q_widened_group (which adds the biases itself).
+// The matrices collected for one quantized x, as one matmul_q_repacked_group or matmul_q_group
+// (which adds the biases itself).
 void CpuBackend::flush_group(PendingGroup& group, int64_t T) {
     if (group.n == 0) return;
-    if (group.widened) {
-        WidenedMatmul jobs[PendingGroup::kMax];
+    if (group.tiles) {
+        TileMatmul jobs[PendingGroup::kMax];
         for (int i = 0; i < group.n; ++i) {
             const LinearOut& o = *group.out[i];
             jobs[i] = {o.w->type, o.w->data, o.w->ne1, o.y, o.w->ne1, o.bias && o.bias->present() ? o.bias->f32() : nullptr};
         }
-        matmul_q_widened_group(pool_, jobs, group.n, group.out[0]->w->ne0, xq_->data(), T, isa_);
+        matmul_q_group(pool_, jobs, group.n, group.out[0]->w->ne0, xq_->data(), T, isa_);
         group.n = 0;
         return;
     }
@@ -276,13 +276,15 @@ void CpuBackend::linear_group(const LinearOut* outs, int n, const float* x, int6
             quantized = true;
             quantized_as = vdt;
         }
-        const bool widened = !o.w->repacked && !llamacpp_kernel(*o.w) && widens_rows(o.w->type, T, isa_);
-        if (!o.w->repacked && !widened) {
+        const bool tiles = !o.w->repacked && !llamacpp_kernel(*o.w) && runs_tiles(o.w->type, isa_);
+        if (!o.w->repacked && !tiles) {
             linear_quantized(*o.w, xq, T, o.y, o.bias);
             continue;
         }
-        if (group.n == PendingGroup::kMax || (group.n > 0 && group.widened != widened)) flush_group(group, T);
-        group.widened = widened;
+        if (group.n == PendingGroup::kMax ||
+            (group.n > 0 && (group.tiles != tiles || (tiles && group.out[0]->w->type != o.w->type))))
+            flush_group(group, T);
+        group.tiles = tiles;
         group.out[group.n++] = &o;   // run together: one parallel region
     }
     flush_group(group, T);

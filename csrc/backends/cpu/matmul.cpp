@@ -166,27 +166,16 @@ Isa repacked_level(GGMLType wtype, Isa isa, const char* what) {
     return level;
 }
 
-// ---- F16 / BF16 weights through widened rows (KernelSet::widen) --------------------------------
+// ---- tile kernels (the types without block-sequential kernels: F32, F16, BF16, Q2_K, ...) ----
 //
-// The F16 tiles convert each of their R + C rows at every step: on AVX2 the 4 x 3 tile issues 7
-// conversions beside its 12 FMAs, so conversions, not FMAs, set its pace. With a batch of rows,
-// each thread instead widens an activation block to f32 once and each R-row weight tile once per
-// block, and the level's F32 tiles run on plain loads. Same FMAs in the same order on the same
-// (exactly converted) values: Y keeps every bit.
-constexpr int64_t kWideMinRows = 4;          // fewer activation rows: the tiles convert as they load
-constexpr int64_t kWideActBytes = 128 << 10; // a widened activation block stays in L2 meanwhile
-constexpr int64_t kWidePad = 16;             // floats past K in a widened row: a 4 KiB multiple
-                                             // stride would put a tile's rows in one L1 set
-constexpr int64_t kWideRun = 16;             // weight rows per claim from the shared counter
+// Units of (activation block, run of kTileRun weight rows) go to the threads from a shared
+// counter, block-major, as in matmul_bseq_jobs: on a shared machine a slow thread leaves its runs
+// to the others instead of holding the rest at the barrier. Several matrices on the same
+// quantized X (q/k/v) share one region, and each unit adds its rows' biases while they are hot.
+// Every (m, n) comes out of the same tile kernel whatever the unit, thread or group.
+constexpr int64_t kTileRun = 16;   // weight rows per claim
 
-// TEMP (development A/B): LOCALLLM_WIDEN=0 turns the widened path off.
-bool wide_rows_enabled() {
-    static const bool on = [] { const char* e = getenv("LOCALLLM_WIDEN"); return !e || e[0] != '0'; }();
-    return on;
-}
-
-// One weight of a widened group: Y[m, n] (+ bias[n]) for its N rows.
-struct WideJob {
+struct TileJob {
     const uint8_t* w;
     int64_t wrb, N;
     float* Y;
@@ -194,60 +183,41 @@ struct WideJob {
     const float* bias;   // or null
 };
 
-// Y[m, n0..n1) of one job for activation rows [m0, m1) widened into xs; ws holds R weight rows.
-void widened_unit(const kern::KernelSet& ks, const WideJob& J, int64_t K, int64_t n0, int64_t n1, int64_t m0,
-                  int64_t m1, const float* xs, float* ws, int64_t stride) {
-    const int64_t R = ks.max_r, C = ks.max_c;
-    const size_t row_bytes = (size_t)stride * sizeof(float);
+// Y[m, n0..n1) (+ bias) of one job for activation rows [m0, m1).
+void tile_unit(const kern::KernelSet& ks, const TileJob& J, int64_t K, const uint8_t* x, int64_t xrb, int64_t M,
+               int64_t n0, int64_t n1, int64_t m0, int64_t m1) {
+    const int64_t R = M == 1 ? ks.decode_r : ks.max_r, C = ks.max_c;
     for (int64_t n = n0; n < n1; n += R) {
         const int64_t r = std::min(R, n1 - n);
-        for (int64_t i = 0; i < r; ++i) ks.widen(J.w + (n + i) * J.wrb, ws + i * stride, K);
         for (int64_t m = m0; m < m1; m += C)
-            ks.wide_tile[r - 1][std::min(C, m1 - m) - 1](K, (const uint8_t*)ws, row_bytes,
-                                                         (const uint8_t*)(xs + (m - m0) * stride), row_bytes,
-                                                         J.Y + m * J.ldy + n, J.ldy);
+            ks.tile[r - 1][std::min(C, m1 - m) - 1](K, J.w + n * J.wrb, (size_t)J.wrb, x + m * xrb, (size_t)xrb,
+                                                    J.Y + m * J.ldy + n, J.ldy);
     }
     if (J.bias)   // the same float additions add_bias_rows makes after a matmul
         for (int64_t m = m0; m < m1; ++m)
             for (int64_t n = n0; n < n1; ++n) J.Y[m * J.ldy + n] += J.bias[n];
 }
 
-void matmul_widened(ThreadPool& pool, const kern::KernelSet& ks, const WideJob* jobs, int n_jobs, int64_t K,
-                    const uint8_t* x, int64_t xrb, int64_t M) {
-    if (n_jobs > kMaxJobs) throw std::logic_error("matmul_widened: too many matrices in one region");
-    const int64_t C = ks.max_c, stride = K + kWidePad;
-    const int64_t block = std::min(M, std::max(C, kWideActBytes / (stride * 4) / C * C));
+void matmul_tile_jobs(ThreadPool& pool, const kern::KernelSet& ks, const TileJob* jobs, int n_jobs, int64_t K,
+                      const uint8_t* x, int64_t xrb, int64_t M) {
+    if (n_jobs > kMaxJobs) throw std::logic_error("matmul_tile_jobs: too many matrices in one region");
     int64_t first_run[kMaxJobs + 1] = {0};   // runs of jobs [0, j) come first in a block
-    for (int j = 0; j < n_jobs; ++j) first_run[j + 1] = first_run[j] + (jobs[j].N + kWideRun - 1) / kWideRun;
-    const int64_t runs = first_run[n_jobs], units = (M + block - 1) / block * runs;
-    // Units (activation block, run of weight rows) in block-major order from a shared counter, as
-    // in matmul_bseq_jobs: a slow thread leaves its runs to the others. A thread's claims only
-    // move forward, so it widens each activation block at most once.
+    int64_t rows = 0;
+    for (int j = 0; j < n_jobs; ++j) {
+        first_run[j + 1] = first_run[j] + (jobs[j].N + kTileRun - 1) / kTileRun;
+        rows += jobs[j].N;
+    }
+    const int64_t runs = first_run[n_jobs], units = (M + kActBlock - 1) / kActBlock * runs;
     std::atomic<int64_t> next_unit{0};
-    run_maybe_parallel(pool, runs * kWideRun * K * M >= kSerialWork && runs >= 2, [&](int, int) {
-        thread_local std::vector<float> wide;    // [block + R rows][stride]
-        const size_t need = (size_t)((block + ks.max_r) * stride);
-        if (wide.size() < need) wide.resize(need);
-        float* xs = wide.data();
-        int64_t widened = -1;
+    run_maybe_parallel(pool, rows * K * M >= kSerialWork && rows >= 2 * kRowAlign, [&](int, int) {
         for (int64_t u = next_unit.fetch_add(1); u < units; u = next_unit.fetch_add(1)) {
-            const int64_t b = u / runs, run = u % runs, m0 = b * block, m1 = std::min(M, m0 + block);
-            if (b != widened) {
-                for (int64_t m = m0; m < m1; ++m) ks.widen(x + m * xrb, xs + (m - m0) * stride, K);
-                widened = b;
-            }
+            const int64_t run = u % runs, m0 = u / runs * kActBlock, m1 = std::min(M, m0 + kActBlock);
             int j = 0;
             while (first_run[j + 1] <= run) ++j;
-            const int64_t n0 = (run - first_run[j]) * kWideRun, n1 = std::min(jobs[j].N, n0 + kWideRun);
-            widened_unit(ks, jobs[j], K, n0, n1, m0, m1, xs, xs + block * stride, stride);
+            const int64_t n0 = (run - first_run[j]) * kTileRun, n1 = std::min(jobs[j].N, n0 + kTileRun);
+            tile_unit(ks, jobs[j], K, x, xrb, M, n0, n1, m0, m1);
         }
     });
-}
-
-// The widening kernel set of wtype at `isa` when M rows make widening pay; else null.
-const kern::KernelSet* widening_kernels(GGMLType wtype, int64_t M, Isa isa) {
-    const kern::KernelSet* ks = kern::find_kernels(wtype, isa);
-    return ks && ks->widen && M >= kWideMinRows && wide_rows_enabled() ? ks : nullptr;
 }
 
 }  // namespace
@@ -271,32 +241,15 @@ void matmul_q(ThreadPool& pool, GGMLType wtype, const void* W, int64_t N, int64_
         matmul_bseq(pool, wtype, w, wrb, N, K, x, xrb, M, Y, ldy, false, level);
         return;
     }
-    if (const kern::KernelSet* wide = widening_kernels(wtype, M, isa)) {
-        const WideJob job{w, wrb, N, Y, ldy, nullptr};
-        matmul_widened(pool, *wide, &job, 1, K, x, xrb, M);
-        return;
-    }
-    const int64_t R = M == 1 ? ks->decode_r : ks->max_r, C = ks->max_c;
-    auto work = [&](int ith, int nth) {
-        const int64_t per = (N + nth - 1) / nth;
-        const int64_t chunk = (per + kRowAlign - 1) / kRowAlign * kRowAlign;
-        const int64_t n0 = std::min(N, ith * chunk), n1 = std::min(N, n0 + chunk);
-        for (int64_t mb = 0; mb < M; mb += kActBlock) {
-            const int64_t me = std::min(M, mb + kActBlock);
-            for (int64_t n = n0; n < n1; n += R) {
-                const int64_t r = std::min(R, n1 - n);
-                for (int64_t m = mb; m < me; m += C) {
-                    const int64_t c = std::min(C, me - m);
-                    ks->tile[r - 1][c - 1](K, w + n * wrb, (size_t)wrb, x + m * xrb, (size_t)xrb,
-                                           Y + m * ldy + n, ldy);
-                }
-            }
-        }
-    };
-    run_maybe_parallel(pool, N * K * M >= kSerialWork && N >= 2 * kRowAlign, work);
+    const TileJob job{w, wrb, N, Y, ldy, nullptr};
+    matmul_tile_jobs(pool, *ks, &job, 1, K, x, xrb, M);
 }
 
 bool can_repack(GGMLType wtype, Isa isa) { return bseq_level(wtype, isa) != Isa::Scalar; }
+
+bool runs_tiles(GGMLType wtype, Isa isa) {
+    return isa_available(isa) && kern::find_kernels(wtype, isa) && bseq_level(wtype, isa) == Isa::Scalar;
+}
 
 size_t repacked_bytes(GGMLType wtype, int64_t N, int64_t K) {
     const int64_t wrb = row_bytes(traits_or_throw(wtype, "repacked_bytes"), K, "repacked_bytes");
@@ -353,31 +306,28 @@ void matmul_q_repacked_group(ThreadPool& pool, const RepackedMatmul* jobs, int n
     }
 }
 
-bool widens_rows(GGMLType wtype, int64_t M, Isa isa) {
-    return isa_available(isa) && widening_kernels(wtype, M, isa) != nullptr;
-}
-
-void matmul_q_widened_group(ThreadPool& pool, const WidenedMatmul* jobs, int n_jobs, int64_t K, const void* Xq,
-                            int64_t M, Isa isa) {
+void matmul_q_group(ThreadPool& pool, const TileMatmul* jobs, int n_jobs, int64_t K, const void* Xq, int64_t M,
+                    Isa isa) {
     if (n_jobs <= 0 || M <= 0) return;
-    const GGMLType wtype = jobs[0].wtype;
-    const TypeTraits& wt = traits_or_throw(wtype, "matmul_q_widened_group");
-    const kern::KernelSet* ks = isa_available(isa) ? widening_kernels(wtype, M, isa) : nullptr;
-    if (!ks)
-        throw std::invalid_argument(std::string("matmul_q_widened_group: ") + wt.name + " rows of " +
-                                    std::to_string(M) + " are not widened at ISA level " + isa_name(isa));
-    const int64_t wrb = row_bytes(wt, K, "matmul_q_widened_group");
-    const int64_t xrb = row_bytes(traits_or_throw(wt.vec_dot_type, "matmul_q_widened_group"), K, "matmul_q_widened_group");
+    const GGMLType vdt = traits_or_throw(jobs[0].wtype, "matmul_q_group").vec_dot_type;
+    const int64_t xrb = row_bytes(traits_or_throw(vdt, "matmul_q_group"), K, "matmul_q_group");
+    if (!isa_available(isa))
+        throw std::invalid_argument(std::string("matmul_q_group: ISA level ") + isa_name(isa) + " is not available");
     for (int j0 = 0; j0 < n_jobs; j0 += kMaxJobs) {
-        WideJob wj[kMaxJobs];
+        TileJob tj[kMaxJobs];
         const int n = std::min(kMaxJobs, n_jobs - j0);
+        const kern::KernelSet* ks = nullptr;
         for (int j = 0; j < n; ++j) {
-            const WidenedMatmul& J = jobs[j0 + j];
-            if (J.wtype != wtype) throw std::invalid_argument("matmul_q_widened_group: the weights differ in type");
-            if (J.N <= 0 || J.ldy < J.N) throw std::invalid_argument("matmul_q_widened_group: bad N or ldy");
-            wj[j] = {(const uint8_t*)J.W, wrb, J.N, J.Y, J.ldy, J.bias};
+            const TileMatmul& J = jobs[j0 + j];
+            const TypeTraits& wt = traits_or_throw(J.wtype, "matmul_q_group");
+            const kern::KernelSet* jks = kern::find_kernels(J.wtype, isa);
+            if (J.wtype != jobs[0].wtype || !jks || bseq_level(J.wtype, isa) != Isa::Scalar)
+                throw std::invalid_argument("matmul_q_group: the weights must be of one type that runs tile kernels");
+            if (J.N <= 0 || J.ldy < J.N) throw std::invalid_argument("matmul_q_group: bad N or ldy");
+            tj[j] = {(const uint8_t*)J.W, row_bytes(wt, K, "matmul_q_group"), J.N, J.Y, J.ldy, J.bias};
+            ks = jks;
         }
-        matmul_widened(pool, *ks, wj, n, K, (const uint8_t*)Xq, xrb, M);
+        matmul_tile_jobs(pool, *ks, tj, n, K, (const uint8_t*)Xq, xrb, M);
     }
 }
 

@@ -49,13 +49,12 @@ struct RepackedMatmul {
 void matmul_q_repacked_group(ThreadPool& pool, const RepackedMatmul* jobs, int n_jobs, int64_t K,
                              const void* Xq, int64_t M, Isa isa);
 
-// F16 / BF16 weights on batches of a few rows or more (widens_rows): matmul_q converts each
-// weight and activation row to f32 once and runs the level's F32 tiles, with the same bits as the
-// converting tiles. Several such weights of one type applied to the same quantized X (q/k/v)
-// run in one parallel region, each bias (f32[N], or null) added to its rows inside it; each Y is
-// bit-identical to matmul_q's followed by add_bias_rows.
-bool widens_rows(GGMLType wtype, int64_t M, Isa isa);
-struct WidenedMatmul {
+// Several GGUF-layout weights of one type that runs tile kernels (runs_tiles: F32, F16, BF16,
+// Q2_K, Q3_K, IQ4_*, ...) applied to the same quantized X (q/k/v): one parallel region, each bias
+// (f32[N], or null) added to its rows inside it; each Y is bit-identical to matmul_q's followed
+// by add_bias_rows.
+bool runs_tiles(GGMLType wtype, Isa isa);
+struct TileMatmul {
     GGMLType wtype;
     const void* W;     // N rows of K elements, GGUF layout
     int64_t N;
@@ -63,8 +62,8 @@ struct WidenedMatmul {
     int64_t ldy;
     const float* bias;
 };
-void matmul_q_widened_group(ThreadPool& pool, const WidenedMatmul* jobs, int n_jobs, int64_t K, const void* Xq,
-                            int64_t M, Isa isa);
+void matmul_q_group(ThreadPool& pool, const TileMatmul* jobs, int n_jobs, int64_t K, const void* Xq, int64_t M,
+                    Isa isa);
 // Convenience: quantize X then matmul_q into Y (row stride N), with internal scratch.
 void matmul(ThreadPool& pool, GGMLType wtype, const void* W, int64_t N, int64_t K,
             const float* X, int64_t M, float* Y, Isa isa);

@@ -299,24 +299,6 @@ struct FloatTile {
     }
 };
 
-// Exact conversions of whole rows (KernelSet::widen): the values F16Load / BF16Load produce.
-void widen_f16(const uint8_t* src, float* dst, int64_t n) {
-    const uint16_t* s = (const uint16_t*)src;
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, F16Load::load((const uint8_t*)(s + i)));
-    for (; i < n; ++i) dst[i] = h2f(s[i]);
-}
-
-void widen_bf16(const uint8_t* src, float* dst, int64_t n) {
-    const uint16_t* s = (const uint16_t*)src;
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, BF16Load::load((const uint8_t*)(s + i)));
-    for (; i < n; ++i) {
-        const uint32_t u = (uint32_t)s[i] << 16;
-        memcpy(dst + i, &u, 4);
-    }
-}
-
 template <int R, int C> using Q2KTile = KTile<KUnpack<Q2Unpack, sizeof(block_q2_K)>, R, C>;
 template <int R, int C> using Q3KTile = KTile<KUnpack<Q3Unpack, sizeof(block_q3_K)>, R, C>;
 template <int R, int C> using IQ4NLTile = LegacyTile<IQ4_NLStep, R, C>;
@@ -350,8 +332,8 @@ LLL_DEFINE_KERNEL_SET(avx2_q6_K, make_bseq_set<GGMLType::Q6_K>())
 LLL_DEFINE_KERNEL_SET(avx2_q2_K, (make_tile_set<Q2KTile, 1, 4>(Isa::AVX2)))
 LLL_DEFINE_KERNEL_SET(avx2_q3_K, (make_tile_set<Q3KTile, 1, 4>(Isa::AVX2)))
 LLL_DEFINE_KERNEL_SET(avx2_f32, (make_tile_set<F32Tile, 4, 3>(Isa::AVX2)))
-LLL_DEFINE_KERNEL_SET(avx2_f16, (make_widening_tile_set<F16Tile, F32Tile, 4, 3>(Isa::AVX2, widen_f16)))
-LLL_DEFINE_KERNEL_SET(avx2_bf16, (make_widening_tile_set<BF16Tile, F32Tile, 4, 3>(Isa::AVX2, widen_bf16)))
+LLL_DEFINE_KERNEL_SET(avx2_f16, (make_tile_set<F16Tile, 4, 3>(Isa::AVX2)))
+LLL_DEFINE_KERNEL_SET(avx2_bf16, (make_tile_set<BF16Tile, 4, 3>(Isa::AVX2)))
 LLL_DEFINE_KERNEL_SET(avx2_iq4_nl, (make_tile_set<IQ4NLTile, 2, 4>(Isa::AVX2)))
 LLL_DEFINE_KERNEL_SET(avx2_iq4_xs, (make_tile_set<IQ4XSTile, 1, 4>(Isa::AVX2)))
 

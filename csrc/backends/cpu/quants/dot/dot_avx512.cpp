@@ -78,17 +78,6 @@ struct FloatTile {
     }
 };
 
-// Exact conversions of whole rows (KernelSet::widen): the values F16Load / BF16Load produce.
-template <class L>
-void widen(const uint8_t* src, float* dst, int64_t n) {
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, L::load(src, i));
-    if (i < n) {
-        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
-        _mm512_mask_storeu_ps(dst + i, m, L::load_masked(src, i, m));
-    }
-}
-
 template <int R, int C> using F32Tile = FloatTile<F32Load, R, C>;
 template <int R, int C> using F16Tile = FloatTile<F16Load, R, C>;
 template <int R, int C> using BF16Tile = FloatTile<BF16Load, R, C>;
@@ -119,8 +108,8 @@ LLL_DEFINE_KERNEL_SET(avx512_q6_K, make_bseq_set<GGMLType::Q6_K>())
 // GFLOPS against 79 for the former 4 x 3 with two accumulators per pair; 6 x 4 gave 82-88),
 // 4 x 1 for one activation row (four independent FMA chains).
 LLL_DEFINE_KERNEL_SET(avx512_f32, (make_tile_set<F32Tile, 4, 6, 4>(Isa::AVX512)))
-LLL_DEFINE_KERNEL_SET(avx512_f16, (make_widening_tile_set<F16Tile, F32Tile, 4, 6, 4>(Isa::AVX512, widen<F16Load>)))
-LLL_DEFINE_KERNEL_SET(avx512_bf16, (make_widening_tile_set<BF16Tile, F32Tile, 4, 6, 4>(Isa::AVX512, widen<BF16Load>)))
+LLL_DEFINE_KERNEL_SET(avx512_f16, (make_tile_set<F16Tile, 4, 6, 4>(Isa::AVX512)))
+LLL_DEFINE_KERNEL_SET(avx512_bf16, (make_tile_set<BF16Tile, 4, 6, 4>(Isa::AVX512)))
 
 }  // namespace kern
 }  // namespace lll

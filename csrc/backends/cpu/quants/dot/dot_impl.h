@@ -50,21 +50,12 @@ constexpr int kMaxTile = 6;   // largest R and C of a tile kernel
 typedef void (*TileFn)(int64_t k, const uint8_t* w, size_t w_stride, const uint8_t* x,
                        size_t x_stride, float* y, int64_t ldy);
 
-// Converts n values of a 16-bit float type (F16, BF16) to f32, exactly.
-typedef void (*WidenFn)(const uint8_t* src, float* dst, int64_t n);
-
 struct KernelSet {
     Isa isa;                               // level these kernels are written for
     VecDotFn vec_dot;                      // the 1 x 1 case with the plain VecDotFn signature
     int max_r, max_c;                      // largest tile provided (used for M > 1)
     int decode_r;                          // weight rows per tile when M == 1 (<= max_r)
     TileFn tile[kMaxTile][kMaxTile];       // tile[R-1][C-1]; set for R <= max_r, C <= max_c
-    // F16 / BF16 at a SIMD level (else null): `widen` converts rows to f32, and wide_tile[R-1][C-1]
-    // (the level's F32 tiles, same shapes) on widened rows gives exactly the bits tile[R-1][C-1]
-    // gives on the raw rows, since those convert every load and then do the same FMAs in the same
-    // order. matmul widens rows once where a batch reuses them (matmul.cpp, matmul_widened).
-    WidenFn widen;
-    TileFn wide_tile[kMaxTile][kMaxTile];
 };
 
 // The kernel sets, one function per (level, weight type), defined in that level's file
@@ -230,17 +221,6 @@ KernelSet make_tile_set(Isa isa) {
     ks.vec_dot = &tile_vec_dot<Tile>;
     TileTable<Tile, MR, MC>::fill(ks);
     ks.decode_r = DR;
-    return ks;
-}
-
-// make_tile_set for a 16-bit float type whose tiles are WideTile's (the F32 tiles) behind a
-// conversion of every load: the set also carries WideTile's table and the row conversion.
-template <template <int, int> class Tile, template <int, int> class WideTile, int MR, int MC, int DR = MR>
-KernelSet make_widening_tile_set(Isa isa, WidenFn widen) {
-    KernelSet ks = make_tile_set<Tile, MR, MC, DR>(isa);
-    const KernelSet wide = make_tile_set<WideTile, MR, MC, DR>(isa);
-    memcpy(ks.wide_tile, wide.tile, sizeof ks.wide_tile);
-    ks.widen = widen;
     return ks;
 }
 
