@@ -1,11 +1,12 @@
 // matmul.cpp — Y[M, N] = X[M, K] . W[N, K]^T on the thread pool, with tile kernels.
 //
-// Work split: the N weight rows are cut into one contiguous chunk per thread (aligned to
-// kRowAlign rows), so each thread streams its own slice of W once per activation block. Inside a
-// chunk, activation rows are taken kActBlock at a time (they stay in L2) and the chunk is walked
-// in tiles of R weight rows x C activation rows (the kernel set's largest tile; edges use smaller
-// tiles). Every tile computes each (m, n) pair with the same operations as the 1 x 1 kernel, so
-// Y[m, n] is independent of M, of m's position, of the tile shape and of the thread count.
+// Work split (tile kernels, matmul_tile_jobs): units of one activation block (kActBlock rows,
+// kept hot in L2) by one run of kTileRun weight rows go to the threads from a shared counter, so
+// a thread slowed by other work on the machine leaves its runs to the others. Inside a unit the
+// run is walked in tiles of R weight rows x C activation rows (the kernel set's largest tile;
+// edges use smaller tiles). Every tile computes each (m, n) pair with the same operations as the
+// 1 x 1 kernel, so Y[m, n] is independent of M, of m's position, of the tile shape, of the thread
+// count and of the matrices that share the region.
 #include "backends/cpu/matmul.h"
 
 #include <stdlib.h>
@@ -24,8 +25,8 @@ namespace lll {
 
 namespace {
 
-constexpr int64_t kRowAlign = 16;     // weight rows per thread chunk are a multiple of this
-constexpr int64_t kActBlock = 64;     // activation rows kept hot while a weight chunk streams
+constexpr int64_t kRowAlign = 16;     // fewer than twice this many weight rows: one thread
+constexpr int64_t kActBlock = 64;     // activation rows kept hot while weight runs stream past
 constexpr int64_t kSerialWork = 1 << 15;   // below this many weight elements x rows: one thread
 
 const TypeTraits& traits_or_throw(GGMLType t, const char* what) {

@@ -82,7 +82,8 @@ def add_embedding_routes(app: FastAPI, state: ServerState, auth: list) -> None:
         vectors, n_tokens = await _user_call(
             lambda: llm.embedder.embed(inputs, True, body.dimensions, None, body.truncate), param="input")
         # A JSONResponse, not a dict: FastAPI would walk a returned dict's every float through
-        # jsonable_encoder before serializing it (most of a 64-text answer's time).
+        # jsonable_encoder first, which cost more CPU than the serialization itself (64 vectors of
+        # 384: 27 ms beside json.dumps's 16.5 ms, 2026-12-06).
         return JSONResponse({"object": "list", "model": state.model_id,
                              "data": [{"object": "embedding", "index": i,
                                        "embedding": _encode(v, body.encoding_format)}
