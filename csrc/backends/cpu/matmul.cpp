@@ -1,11 +1,12 @@
 // matmul.cpp — Y[M, N] = X[M, K] . W[N, K]^T on the thread pool, with tile kernels.
 //
-// Work split: the N weight rows are cut into one contiguous chunk per thread (aligned to
-// kRowAlign rows), so each thread streams its own slice of W once per activation block. Inside a
-// chunk, activation rows are taken kActBlock at a time (they stay in L2) and the chunk is walked
-// in tiles of R weight rows x C activation rows (the kernel set's largest tile; edges use smaller
-// tiles). Every tile computes each (m, n) pair with the same operations as the 1 x 1 kernel, so
-// Y[m, n] is independent of M, of m's position, of the tile shape and of the thread count.
+// Work split (tile kernels, matmul_tile_jobs): units of one activation block (kActBlock rows,
+// kept hot in L2) by one run of kTileRun weight rows go to the threads from a shared counter, so
+// a thread slowed by other work on the machine leaves its runs to the others. Inside a unit the
+// run is walked in tiles of R weight rows x C activation rows (the kernel set's largest tile;
+// edges use smaller tiles). Every tile computes each (m, n) pair with the same operations as the
+// 1 x 1 kernel, so Y[m, n] is independent of M, of m's position, of the tile shape, of the thread
+// count and of the matrices that share the region.
 #include "backends/cpu/matmul.h"
 
 #include <stdlib.h>
@@ -24,8 +25,8 @@ namespace lll {
 
 namespace {
 
-constexpr int64_t kRowAlign = 16;     // weight rows per thread chunk are a multiple of this
-constexpr int64_t kActBlock = 64;     // activation rows kept hot while a weight chunk streams
+constexpr int64_t kRowAlign = 16;     // fewer than twice this many weight rows: one thread
+constexpr int64_t kActBlock = 64;     // activation rows kept hot while weight runs stream past
 constexpr int64_t kSerialWork = 1 << 15;   // below this many weight elements x rows: one thread
 
 const TypeTraits& traits_or_throw(GGMLType t, const char* what) {
@@ -166,6 +167,60 @@ Isa repacked_level(GGMLType wtype, Isa isa, const char* what) {
     return level;
 }
 
+// ---- tile kernels (the types without block-sequential kernels: F32, F16, BF16, Q2_K, ...) ----
+//
+// Units of (activation block, run of kTileRun weight rows) go to the threads from a shared
+// counter, block-major, as in matmul_bseq_jobs: on a shared machine a slow thread leaves its runs
+// to the others instead of holding the rest at the barrier. Several matrices on the same
+// quantized X (q/k/v) share one region, and each unit adds its rows' biases while they are hot.
+// Every (m, n) comes out of the same tile kernel whatever the unit, thread or group.
+constexpr int64_t kTileRun = 16;   // weight rows per claim
+
+struct TileJob {
+    const uint8_t* w;
+    int64_t wrb, N;
+    float* Y;
+    int64_t ldy;
+    const float* bias;   // or null
+};
+
+// Y[m, n0..n1) (+ bias) of one job for activation rows [m0, m1).
+void tile_unit(const kern::KernelSet& ks, const TileJob& J, int64_t K, const uint8_t* x, int64_t xrb, int64_t M,
+               int64_t n0, int64_t n1, int64_t m0, int64_t m1) {
+    const int64_t R = M == 1 ? ks.decode_r : ks.max_r, C = ks.max_c;
+    for (int64_t n = n0; n < n1; n += R) {
+        const int64_t r = std::min(R, n1 - n);
+        for (int64_t m = m0; m < m1; m += C)
+            ks.tile[r - 1][std::min(C, m1 - m) - 1](K, J.w + n * J.wrb, (size_t)J.wrb, x + m * xrb, (size_t)xrb,
+                                                    J.Y + m * J.ldy + n, J.ldy);
+    }
+    if (J.bias)   // the same float additions add_bias_rows makes after a matmul
+        for (int64_t m = m0; m < m1; ++m)
+            for (int64_t n = n0; n < n1; ++n) J.Y[m * J.ldy + n] += J.bias[n];
+}
+
+void matmul_tile_jobs(ThreadPool& pool, const kern::KernelSet& ks, const TileJob* jobs, int n_jobs, int64_t K,
+                      const uint8_t* x, int64_t xrb, int64_t M) {
+    if (n_jobs > kMaxJobs) throw std::logic_error("matmul_tile_jobs: too many matrices in one region");
+    int64_t first_run[kMaxJobs + 1] = {0};   // runs of jobs [0, j) come first in a block
+    int64_t rows = 0;
+    for (int j = 0; j < n_jobs; ++j) {
+        first_run[j + 1] = first_run[j] + (jobs[j].N + kTileRun - 1) / kTileRun;
+        rows += jobs[j].N;
+    }
+    const int64_t runs = first_run[n_jobs], units = (M + kActBlock - 1) / kActBlock * runs;
+    std::atomic<int64_t> next_unit{0};
+    run_maybe_parallel(pool, rows * K * M >= kSerialWork && rows >= 2 * kRowAlign, [&](int, int) {
+        for (int64_t u = next_unit.fetch_add(1); u < units; u = next_unit.fetch_add(1)) {
+            const int64_t run = u % runs, m0 = u / runs * kActBlock, m1 = std::min(M, m0 + kActBlock);
+            int j = 0;
+            while (first_run[j + 1] <= run) ++j;
+            const int64_t n0 = (run - first_run[j]) * kTileRun, n1 = std::min(jobs[j].N, n0 + kTileRun);
+            tile_unit(ks, jobs[j], K, x, xrb, M, n0, n1, m0, m1);
+        }
+    });
+}
+
 }  // namespace
 
 void matmul_q(ThreadPool& pool, GGMLType wtype, const void* W, int64_t N, int64_t K,
@@ -187,27 +242,15 @@ void matmul_q(ThreadPool& pool, GGMLType wtype, const void* W, int64_t N, int64_
         matmul_bseq(pool, wtype, w, wrb, N, K, x, xrb, M, Y, ldy, false, level);
         return;
     }
-    const int64_t R = M == 1 ? ks->decode_r : ks->max_r, C = ks->max_c;
-    auto work = [&](int ith, int nth) {
-        const int64_t per = (N + nth - 1) / nth;
-        const int64_t chunk = (per + kRowAlign - 1) / kRowAlign * kRowAlign;
-        const int64_t n0 = std::min(N, ith * chunk), n1 = std::min(N, n0 + chunk);
-        for (int64_t mb = 0; mb < M; mb += kActBlock) {
-            const int64_t me = std::min(M, mb + kActBlock);
-            for (int64_t n = n0; n < n1; n += R) {
-                const int64_t r = std::min(R, n1 - n);
-                for (int64_t m = mb; m < me; m += C) {
-                    const int64_t c = std::min(C, me - m);
-                    ks->tile[r - 1][c - 1](K, w + n * wrb, (size_t)wrb, x + m * xrb, (size_t)xrb,
-                                           Y + m * ldy + n, ldy);
-                }
-            }
-        }
-    };
-    run_maybe_parallel(pool, N * K * M >= kSerialWork && N >= 2 * kRowAlign, work);
+    const TileJob job{w, wrb, N, Y, ldy, nullptr};
+    matmul_tile_jobs(pool, *ks, &job, 1, K, x, xrb, M);
 }
 
 bool can_repack(GGMLType wtype, Isa isa) { return bseq_level(wtype, isa) != Isa::Scalar; }
+
+bool runs_tiles(GGMLType wtype, Isa isa) {
+    return isa_available(isa) && kern::find_kernels(wtype, isa) && bseq_level(wtype, isa) == Isa::Scalar;
+}
 
 size_t repacked_bytes(GGMLType wtype, int64_t N, int64_t K) {
     const int64_t wrb = row_bytes(traits_or_throw(wtype, "repacked_bytes"), K, "repacked_bytes");
@@ -261,6 +304,31 @@ void matmul_q_repacked_group(ThreadPool& pool, const RepackedMatmul* jobs, int n
             matmul_bseq_jobs(pool, bj, n, K, (const uint8_t*)Xq, xrb, M, level);
             n = 0;
         }
+    }
+}
+
+void matmul_q_group(ThreadPool& pool, const TileMatmul* jobs, int n_jobs, int64_t K, const void* Xq, int64_t M,
+                    Isa isa) {
+    if (n_jobs <= 0 || M <= 0) return;
+    const GGMLType vdt = traits_or_throw(jobs[0].wtype, "matmul_q_group").vec_dot_type;
+    const int64_t xrb = row_bytes(traits_or_throw(vdt, "matmul_q_group"), K, "matmul_q_group");
+    if (!isa_available(isa))
+        throw std::invalid_argument(std::string("matmul_q_group: ISA level ") + isa_name(isa) + " is not available");
+    for (int j0 = 0; j0 < n_jobs; j0 += kMaxJobs) {
+        TileJob tj[kMaxJobs];
+        const int n = std::min(kMaxJobs, n_jobs - j0);
+        const kern::KernelSet* ks = nullptr;
+        for (int j = 0; j < n; ++j) {
+            const TileMatmul& J = jobs[j0 + j];
+            const TypeTraits& wt = traits_or_throw(J.wtype, "matmul_q_group");
+            const kern::KernelSet* jks = kern::find_kernels(J.wtype, isa);
+            if (J.wtype != jobs[0].wtype || !jks || bseq_level(J.wtype, isa) != Isa::Scalar)
+                throw std::invalid_argument("matmul_q_group: the weights must be of one type that runs tile kernels");
+            if (J.N <= 0 || J.ldy < J.N) throw std::invalid_argument("matmul_q_group: bad N or ldy");
+            tj[j] = {(const uint8_t*)J.W, row_bytes(wt, K, "matmul_q_group"), J.N, J.Y, J.ldy, J.bias};
+            ks = jks;
+        }
+        matmul_tile_jobs(pool, *ks, tj, n, K, (const uint8_t*)Xq, xrb, M);
     }
 }
 

@@ -49,6 +49,21 @@ struct RepackedMatmul {
 void matmul_q_repacked_group(ThreadPool& pool, const RepackedMatmul* jobs, int n_jobs, int64_t K,
                              const void* Xq, int64_t M, Isa isa);
 
+// Several GGUF-layout weights of one type that runs tile kernels (runs_tiles: F32, F16, BF16,
+// Q2_K, Q3_K, IQ4_*, ...) applied to the same quantized X (q/k/v): one parallel region, each bias
+// (f32[N], or null) added to its rows inside it; each Y is bit-identical to matmul_q's followed
+// by add_bias_rows.
+bool runs_tiles(GGMLType wtype, Isa isa);
+struct TileMatmul {
+    GGMLType wtype;
+    const void* W;     // N rows of K elements, GGUF layout
+    int64_t N;
+    float* Y;          // [M, ldy]
+    int64_t ldy;
+    const float* bias;
+};
+void matmul_q_group(ThreadPool& pool, const TileMatmul* jobs, int n_jobs, int64_t K, const void* Xq, int64_t M,
+                    Isa isa);
 // Convenience: quantize X then matmul_q into Y (row stride N), with internal scratch.
 void matmul(ThreadPool& pool, GGMLType wtype, const void* W, int64_t N, int64_t K,
             const float* X, int64_t M, float* Y, Isa isa);

@@ -31,6 +31,18 @@ inline float hsum8(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
+// hsum8 of four vectors at once: [hsum8(a), hsum8(b), hsum8(c), hsum8(d)], each sum made of
+// hsum8's additions (halves, then lanes 0+2 and 1+3, then those two), so of the same bits. A
+// tile's four weight rows of one activation row end in 10 instructions instead of 24.
+inline __m128 hsum8x4(__m256 a, __m256 b, __m256 c, __m256 d) {
+    const __m256 ab = _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
+    const __m256 cd = _mm256_add_ps(_mm256_permute2f128_ps(c, d, 0x20), _mm256_permute2f128_ps(c, d, 0x31));
+    const __m256 z = _mm256_add_ps(_mm256_shuffle_ps(ab, cd, _MM_SHUFFLE(1, 0, 1, 0)),
+                                   _mm256_shuffle_ps(ab, cd, _MM_SHUFFLE(3, 2, 3, 2)));   // a c | b d
+    const __m256 h = _mm256_hadd_ps(z, z);                                             // a c a c | b d b d
+    return _mm_unpacklo_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+
 // 16 bytes of nibbles -> 32 bytes: low nibbles (elements 0..15), then high nibbles (16..31).
 inline __m256i unpack_nibbles_16(const uint8_t* p) {
     const __m128i b = _mm_loadu_si128((const __m128i*)p);
@@ -278,8 +290,12 @@ struct FloatTile {
             }
             step(wp, xp, acc);
         }
-        for (int r = 0; r < R; ++r)
-            for (int c = 0; c < C; ++c) y[c * ldy + r] = hsum8(acc[r][c]);
+        if constexpr (R == 4) {
+            for (int c = 0; c < C; ++c) _mm_storeu_ps(y + c * ldy, hsum8x4(acc[0][c], acc[1][c], acc[2][c], acc[3][c]));
+        } else {
+            for (int r = 0; r < R; ++r)
+                for (int c = 0; c < C; ++c) y[c * ldy + r] = hsum8(acc[r][c]);
+        }
     }
 };
 
