@@ -27,7 +27,7 @@ std::string hex(const void* p) {
 
 }  // namespace
 
-DeviceMemory::DeviceMemory(int device_index) : ctx_(device_index), max_dispatches_(max_dispatches_per_submit()) {}
+DeviceMemory::DeviceMemory(int device_index) : ctx_(device_index), max_dispatches_(vk::max_dispatches_per_submit()) {}
 
 Buffer& DeviceMemory::find(const void* p, uint64_t* offset, const char* what) {
     const uintptr_t a = reinterpret_cast<uintptr_t>(p);

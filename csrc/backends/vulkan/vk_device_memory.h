@@ -45,7 +45,6 @@ public:
     // Bytes [offset, offset + n) of a buffer to the host once every recorded command has run
     // (submits the open recording).
     void download(const Buffer& src, uint64_t offset, void* dst, uint64_t n);
-    uint32_t max_dispatches_per_submit() const { return max_dispatches_; }
 
 private:
     friend class DeviceBuffer;
