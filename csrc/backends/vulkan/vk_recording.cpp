@@ -123,13 +123,13 @@ RecordingCache::~RecordingCache() {
 }
 
 void RecordingCache::forget() {
-    for (Recording& r : slots_) r.words.clear();
+    for (Recording& r : slots_) r.reusable = false;
 }
 
 VkCommandBuffer RecordingCache::get(const CommandTape& tape, bool* recorded) {
     if (replay_) {
         for (size_t i = 0; i < slots_.size(); ++i) {
-            if (slots_[i].words != tape.words()) continue;
+            if (!slots_[i].reusable || slots_[i].words != tape.words()) continue;
             std::rotate(slots_.begin(), slots_.begin() + (ptrdiff_t)i, slots_.begin() + (ptrdiff_t)i + 1);
             *recorded = false;
             return slots_.front().cmd;
@@ -146,11 +146,11 @@ VkCommandBuffer RecordingCache::get(const CommandTape& tape, bool* recorded) {
     }
     std::rotate(slots_.begin(), slots_.end() - 1, slots_.end());   // the least recently used, to the front
     Recording& r = slots_.front();
-    r.words.clear();   // should recording fail half-way, nothing matches it
+    r.reusable = false;   // should recording fail half-way, nothing matches it
     const double t0 = thread_cpu_seconds();
     record(r, tape);
     command_stats().record_cpu_s += thread_cpu_seconds() - t0;
-    if (replay_) r.words = tape.words();
+    if (replay_) r.words = tape.words(), r.reusable = true;
     *recorded = true;
     return r.cmd;
 }

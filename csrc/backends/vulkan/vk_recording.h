@@ -42,7 +42,8 @@ struct Recording {
     VkCommandBuffer cmd = VK_NULL_HANDLE;
     VkDescriptorPool pool = VK_NULL_HANDLE;
     uint32_t pool_sets = 0;
-    std::vector<uint64_t> words;   // the tape it holds; empty when it holds none that may be reused
+    std::vector<uint64_t> words;   // the tape it was recorded from
+    bool reusable = false;         // false once a buffer it may bind is gone (or while recording)
 };
 
 // Recordings kept for resubmission, most recently used first (at most `capacity`; 1 and no reuse
