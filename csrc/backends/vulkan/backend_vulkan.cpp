@@ -137,7 +137,7 @@ private:
     vk::BatchView batch_view(const Batch& b) {
         return vk::BatchView{&buf(positions_, "positions"), &buf(seq_of_token_, "sequence ids"),
                              &buf(block_tables_->data(), "block tables"), u32(b.n_tokens, "batch size"),
-                             u32(b.max_blocks, "block table width")};
+                             u32(table_width_, "block table width")};
     }
 
     const HParams* hp_;
@@ -159,6 +159,8 @@ private:
     void *positions_ = nullptr, *seq_of_token_ = nullptr;
     int64_t scratch_T_ = 0;
     std::vector<int32_t> host_positions_;                   // the batch's, for the rope tables
+    std::vector<int32_t> padded_tables_;                    // the batch's block tables, table_width_ wide
+    int64_t table_width_ = 0;
     RopeTable rope_[2];
 };
 
@@ -250,16 +252,31 @@ void VulkanBackend::reserve(int64_t T) {
     scratch_T_ = T;
 }
 
+// The block tables go up padded to a width that changes only when a sequence outgrows it (the
+// next power of two blocks), so the kernels' table width, a push constant, stays the same from
+// one decode step to the next while the sequences grow (the padding is never read: a token reads
+// the blocks up to its own position).
+int64_t padded_table_width(int64_t max_blocks) {
+    int64_t w = 4;
+    while (w < max_blocks) w *= 2;
+    return w;
+}
+
 void VulkanBackend::begin_batch(const Batch& b) {
     const int64_t T = b.n_tokens;
     if (T > scratch_T_) reserve(T);
-    const size_t table_bytes = (size_t)(b.n_seqs * b.max_blocks) * sizeof(int32_t);
+    table_width_ = padded_table_width(b.max_blocks);
+    padded_tables_.assign((size_t)(b.n_seqs * table_width_), 0);
+    for (int64_t s = 0; s < b.n_seqs; ++s)
+        std::copy(b.block_tables + s * b.max_blocks, b.block_tables + (s + 1) * b.max_blocks,
+                  padded_tables_.begin() + s * table_width_);
+    const size_t table_bytes = padded_tables_.size() * sizeof(int32_t);
     if (!block_tables_ || block_tables_->bytes() < table_bytes)
         block_tables_ = alloc_checked(table_bytes, MemKind::Scratch, "block tables");
     host_positions_.assign(b.positions, b.positions + T);
     from_host(positions_, b.positions, (size_t)T * sizeof(int32_t));
     from_host(seq_of_token_, b.seq_of_token, (size_t)T * sizeof(int32_t));
-    from_host(block_tables_->data(), b.block_tables, table_bytes);
+    from_host(block_tables_->data(), padded_tables_.data(), table_bytes);
     for (RopeTable& r : rope_) r.valid = false;
 }
 

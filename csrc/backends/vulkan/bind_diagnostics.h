@@ -9,6 +9,7 @@
 #include <string>
 
 #include "backends/vulkan/vk_instance.h"
+#include "backends/vulkan/vk_recording.h"
 
 inline void bind_vulkan_diagnostics(pybind11::module_& m) {
     namespace py = pybind11;
@@ -22,6 +23,22 @@ inline void bind_vulkan_diagnostics(pybind11::module_& m) {
         return py::make_tuple(log.count.load(), log.first);
     }, "(count, first messages) of validation-layer warnings and errors since start "
        "(LOCALLLM_VULKAN_VALIDATE=1 enables the layer).");
+    m.def("vulkan_command_stats", [](bool reset) {
+        lll::vk::CommandStats& s = lll::vk::command_stats();
+        py::dict d;
+        d["submits"] = s.submits;
+        d["recordings"] = s.recordings;
+        d["replays"] = s.replays;
+        d["dispatches"] = s.dispatches;
+        d["largest_submit"] = s.largest_submit;
+        d["record_cpu_s"] = s.record_cpu_s;
+        if (reset) s = lll::vk::CommandStats{};
+        return d;
+    }, py::arg("reset") = false,
+       "What this module's Vulkan submissions did since start (or the last reset): submits, recordings "
+       "(command buffers recorded), replays (kept command buffers resubmitted unrecorded), dispatches, "
+       "largest_submit (the most dispatches in one submission), record_cpu_s (CPU time spent recording "
+       "command buffers). reset=True zeroes them after reading.");
     m.def("vulkan_validating", [] {
         lll::vk::Instance* inst = lll::vk::Instance::try_get(nullptr);
         return inst && inst->validating();

@@ -14,7 +14,22 @@ namespace lll::vk {
 
 namespace {
 
-constexpr uint32_t kMaxSetsPerSubmit = 1024;
+constexpr uint32_t kDefaultDispatchesPerSubmit = 1000;
+
+// Command buffers kept for resubmission: the submissions of a decode step of up to
+// kStepDispatches dispatches (an 80-layer model's), split as max_dispatches_per_submit says, for
+// kShapes batch shapes at once, and at least kMinKept (room for prompts between steps).
+constexpr size_t kStepDispatches = 2048, kShapes = 4, kMinKept = 64;
+size_t kept_recordings() {
+    const size_t per_step = (kStepDispatches + max_dispatches_per_submit() - 1) / max_dispatches_per_submit();
+    return std::max(kMinKept, kShapes * per_step);
+}
+
+// LOCALLLM_VULKAN_REPLAY=0 records every submission afresh (the comparison and the fallback).
+bool replay_enabled() {
+    const char* v = getenv("LOCALLLM_VULKAN_REPLAY");
+    return !(v && strcmp(v, "0") == 0);
+}
 
 uint32_t compute_queue_family(const InstanceFns& f, VkPhysicalDevice pd) {
     uint32_t n = 0;
@@ -50,6 +65,17 @@ const SpirvBlob& find_blob(const std::string& name) {
 
 }  // namespace
 
+uint32_t max_dispatches_per_submit() {
+    const char* v = getenv("LOCALLLM_VULKAN_MAX_DISPATCHES_PER_SUBMIT");
+    if (!v || !*v) return kDefaultDispatchesPerSubmit;
+    char* end = nullptr;
+    const long n = strtol(v, &end, 10);
+    if (*end || n < 1 || n > 1000000)
+        throw std::invalid_argument(std::string("LOCALLLM_VULKAN_MAX_DISPATCHES_PER_SUBMIT=") + v +
+                                    ": expected a whole number of dispatches from 1 to 1000000");
+    return (uint32_t)n;
+}
+
 Buffer& Buffer::operator=(Buffer&& o) noexcept {
     if (this != &o) {
         release();
@@ -65,6 +91,8 @@ Buffer& Buffer::operator=(Buffer&& o) noexcept {
 void Buffer::release() {
     if (!ctx_) return;
     const DeviceFns& f = ctx_->fns_;
+    // A kept command buffer that binds this buffer must never be resubmitted.
+    if (ctx_->recordings_) ctx_->recordings_->forget();
     if (mapped_) f.vkUnmapMemory(ctx_->device_, memory_);
     if (buffer_) f.vkDestroyBuffer(ctx_->device_, buffer_, nullptr);
     if (memory_) f.vkFreeMemory(ctx_->device_, memory_, nullptr);
@@ -74,6 +102,7 @@ void Buffer::release() {
 }
 
 Context::Context(int device_index) : instance_(Instance::get()), info_(instance_.device(device_index)) {
+    const size_t kept = kept_recordings();   // a bad knob is an error before anything is created
     const InstanceFns& ifn = instance_.fns();
     queue_family_ = compute_queue_family(ifn, info_.handle);
     const float priority = 1.0f;
@@ -114,19 +143,9 @@ Context::Context(int device_index) : instance_(Instance::get()), info_(instance_
     pi.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
     pi.queueFamilyIndex = queue_family_;
     check(fns_.vkCreateCommandPool(device_, &pi, nullptr, &cmd_pool_), "vkCreateCommandPool");
-    VkCommandBufferAllocateInfo ai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
-    ai.commandPool = cmd_pool_;
-    ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
-    ai.commandBufferCount = 1;
-    check(fns_.vkAllocateCommandBuffers(device_, &ai, &cmd_), "vkAllocateCommandBuffers");
     VkFenceCreateInfo fi{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
     check(fns_.vkCreateFence(device_, &fi, nullptr, &fence_), "vkCreateFence");
-    VkDescriptorPoolSize ps{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, kMaxSetsPerSubmit * 4};
-    VkDescriptorPoolCreateInfo dpi{VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
-    dpi.maxSets = kMaxSetsPerSubmit;
-    dpi.poolSizeCount = 1;
-    dpi.pPoolSizes = &ps;
-    check(fns_.vkCreateDescriptorPool(device_, &dpi, nullptr, &desc_pool_), "vkCreateDescriptorPool");
+    recordings_ = std::make_unique<RecordingCache>(fns_, device_, cmd_pool_, replay_enabled(), kept);
 }
 
 Context::~Context() {
@@ -134,12 +153,12 @@ Context::~Context() {
     fns_.vkDeviceWaitIdle(device_);
     scratch_.release();   // buffers the context owns go before their device
     retired_.clear();
+    recordings_.reset();   // its descriptor pools; its command buffers go with the command pool
     for (auto& kv : pipelines_) {
         fns_.vkDestroyPipeline(device_, kv.second.pipeline, nullptr);
         fns_.vkDestroyPipelineLayout(device_, kv.second.layout, nullptr);
         fns_.vkDestroyDescriptorSetLayout(device_, kv.second.set_layout, nullptr);
     }
-    if (desc_pool_) fns_.vkDestroyDescriptorPool(device_, desc_pool_, nullptr);
     if (fence_) fns_.vkDestroyFence(device_, fence_, nullptr);
     if (cmd_pool_) fns_.vkDestroyCommandPool(device_, cmd_pool_, nullptr);
     fns_.vkDestroyDevice(device_, nullptr);
@@ -279,23 +298,9 @@ const Pipeline& Context::pipeline(const std::string& kernel, uint32_t n_buffers,
 void Context::begin() {
     check_usable();
     // A recording abandoned by an exception (bad arguments found mid-way) is discarded: nothing
-    // of it was submitted, and its descriptor sets go back to the pool.
-    if (recording_) fns_.vkResetDescriptorPool(device_, desc_pool_, 0);
-    recording_ = false;
-    check(fns_.vkResetCommandBuffer(cmd_, 0), "vkResetCommandBuffer");
-    VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
-    bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
-    check(fns_.vkBeginCommandBuffer(cmd_, &bi), "vkBeginCommandBuffer");
+    // of it was recorded into a command buffer or submitted.
+    tape_.clear();
     recording_ = true;
-}
-
-static void full_barrier(const DeviceFns& f, VkCommandBuffer cmd) {
-    VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
-    mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
-    mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT |
-                       VK_ACCESS_TRANSFER_WRITE_BIT;
-    const VkPipelineStageFlags stages = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
-    f.vkCmdPipelineBarrier(cmd, stages, stages, 0, 1, &mb, 0, nullptr, 0, nullptr);
 }
 
 void Context::dispatch(const Pipeline& p, const std::vector<const Buffer*>& buffers, const void* push,
@@ -316,33 +321,17 @@ void Context::dispatch(const Pipeline& p, const std::vector<BufferRange>& buffer
                                     std::to_string(info_.max_workgroup_count[i]));
     }
     if (gx == 0 || gy == 0 || gz == 0) return;
-    VkDescriptorSetAllocateInfo ai{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
-    ai.descriptorPool = desc_pool_;
-    ai.descriptorSetCount = 1;
-    ai.pSetLayouts = &p.set_layout;
-    VkDescriptorSet set;
-    check(fns_.vkAllocateDescriptorSets(device_, &ai, &set), "vkAllocateDescriptorSets (too many dispatches in one submit?)");
-    std::vector<VkDescriptorBufferInfo> infos(buffers.size());
-    std::vector<VkWriteDescriptorSet> writes(buffers.size());
+    constexpr size_t kMaxBindings = 8;
+    if (buffers.size() > kMaxBindings) throw std::logic_error("Vulkan dispatch: more than 8 buffers");
+    VkDescriptorBufferInfo infos[kMaxBindings];
     for (size_t i = 0; i < buffers.size(); ++i) {
         const BufferRange& r = buffers[i];
         if (!bindable_offset(r.offset) || r.offset > r.buffer->size())
             throw std::logic_error("Vulkan dispatch: offset " + std::to_string(r.offset) + " into '" +
                                    r.buffer->name() + "' is not bindable");
         infos[i] = {r.buffer->handle(), r.offset, VK_WHOLE_SIZE};
-        writes[i] = {VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
-        writes[i].dstSet = set;
-        writes[i].dstBinding = (uint32_t)i;
-        writes[i].descriptorCount = 1;
-        writes[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
-        writes[i].pBufferInfo = &infos[i];
     }
-    fns_.vkUpdateDescriptorSets(device_, (uint32_t)writes.size(), writes.data(), 0, nullptr);
-    fns_.vkCmdBindPipeline(cmd_, VK_PIPELINE_BIND_POINT_COMPUTE, p.pipeline);
-    fns_.vkCmdBindDescriptorSets(cmd_, VK_PIPELINE_BIND_POINT_COMPUTE, p.layout, 0, 1, &set, 0, nullptr);
-    if (p.push_bytes) fns_.vkCmdPushConstants(cmd_, p.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, p.push_bytes, push);
-    fns_.vkCmdDispatch(cmd_, gx, gy, gz);
-    full_barrier(fns_, cmd_);
+    tape_.dispatch(p, infos, (uint32_t)buffers.size(), push, gx, gy, gz);
 }
 
 void Context::copy(const Buffer& src, uint64_t src_offset, Buffer& dst, uint64_t dst_offset, uint64_t bytes) {
@@ -351,9 +340,8 @@ void Context::copy(const Buffer& src, uint64_t src_offset, Buffer& dst, uint64_t
         throw std::out_of_range("Vulkan copy of " + std::to_string(bytes) + " bytes from '" + src.name() + "'+" +
                                 std::to_string(src_offset) + " to '" + dst.name() + "'+" + std::to_string(dst_offset) +
                                 " runs past a buffer");
-    VkBufferCopy region{src_offset, dst_offset, bytes};
-    if (bytes) fns_.vkCmdCopyBuffer(cmd_, src.handle(), dst.handle(), 1, &region);
-    full_barrier(fns_, cmd_);
+    const VkBufferCopy region{src_offset, dst_offset, bytes};
+    tape_.copy(src.handle(), dst.handle(), &region, bytes ? 1 : 0);
 }
 
 void Context::copy_regions(const Buffer& src, Buffer& dst, const std::vector<VkBufferCopy>& regions) {
@@ -361,23 +349,27 @@ void Context::copy_regions(const Buffer& src, Buffer& dst, const std::vector<VkB
     for (const VkBufferCopy& r : regions)
         if (r.srcOffset + r.size > std::max<uint64_t>(src.size(), 4) || r.dstOffset + r.size > std::max<uint64_t>(dst.size(), 4))
             throw std::out_of_range("Vulkan copy from '" + src.name() + "' to '" + dst.name() + "' runs past a buffer");
-    if (!regions.empty()) fns_.vkCmdCopyBuffer(cmd_, src.handle(), dst.handle(), (uint32_t)regions.size(), regions.data());
-    full_barrier(fns_, cmd_);
+    tape_.copy(src.handle(), dst.handle(), regions.data(), (uint32_t)regions.size());
 }
 
 void Context::fill_zero(Buffer& dst, uint64_t offset, uint64_t bytes) {
     if (!recording_) throw std::logic_error("Vulkan context: fill_zero() outside begin()/submit_and_wait()");
-    if (bytes) fns_.vkCmdFillBuffer(cmd_, dst.handle(), offset, bytes, 0u);
-    full_barrier(fns_, cmd_);
+    tape_.fill_zero(dst.handle(), offset, bytes);
 }
 
 void Context::submit_and_wait() {
     if (!recording_) throw std::logic_error("Vulkan context: submit_and_wait() without begin()");
     recording_ = false;
-    check(fns_.vkEndCommandBuffer(cmd_), "vkEndCommandBuffer");
+    bool recorded = false;
+    VkCommandBuffer cmd = recordings_->get(tape_, &recorded);
+    CommandStats& stats = command_stats();
+    ++stats.submits;
+    (recorded ? stats.recordings : stats.replays) += 1;
+    stats.dispatches += tape_.dispatches();
+    stats.largest_submit = std::max<uint64_t>(stats.largest_submit, tape_.dispatches());
     VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
     si.commandBufferCount = 1;
-    si.pCommandBuffers = &cmd_;
+    si.pCommandBuffers = &cmd;
     check(fns_.vkResetFences(device_, 1, &fence_), "vkResetFences");
     VkResult r = fns_.vkQueueSubmit(queue_, 1, &si, fence_);
     if (r == VK_SUCCESS) {
@@ -389,7 +381,6 @@ void Context::submit_and_wait() {
             throw std::runtime_error("Vulkan device " + info_.name + ": " + broken_);
         }
     }
-    fns_.vkResetDescriptorPool(device_, desc_pool_, 0);
     retired_.clear();   // the submission has finished (or failed): nothing reads them now
     if (r == VK_ERROR_DEVICE_LOST) broken_ = "device lost";
     check(r, ("Vulkan submission on " + info_.name).c_str());

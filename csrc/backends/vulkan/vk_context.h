@@ -2,8 +2,10 @@
 // and synchronous submission with a timeout.
 #pragma once
 #include "backends/vulkan/vk_instance.h"
+#include "backends/vulkan/vk_recording.h"
 
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -19,6 +21,12 @@ constexpr uint64_t kMaxAllocationBytes = 1ull << 30;
 constexpr uint64_t kBufferPadBytes = 16;
 
 enum class MemoryKind { DeviceLocal, Staging };
+
+// The most dispatches one submission holds: LOCALLLM_VULKAN_MAX_DISPATCHES_PER_SUBMIT (default
+// 1000, a decode step of the models tested here in one submission), lower where a driver's
+// watchdog needs shorter submissions; invalid_argument naming the variable when it is not a
+// whole number from 1 to 1000000.
+uint32_t max_dispatches_per_submit();
 
 // A buffer and its memory; freed with the owning context (move-only).
 class Buffer {
@@ -96,7 +104,10 @@ public:
                              const std::vector<uint32_t>& spec = {});
 
     // Recording: begin(), any number of dispatch() (each followed by a barrier, so a dispatch
-    // sees the writes of the ones before it), then submit_and_wait().
+    // sees the writes of the ones before it), then submit_and_wait(). The commands are written
+    // down as a tape (vk_recording.h) and recorded into a command buffer at submission, unless a
+    // kept command buffer holds the same tape: that one is resubmitted (LOCALLLM_VULKAN_REPLAY=0
+    // records every submission afresh).
     void begin();
     void dispatch(const Pipeline& p, const std::vector<const Buffer*>& buffers, const void* push,
                   uint32_t groups_x, uint32_t groups_y = 1, uint32_t groups_z = 1);
@@ -113,6 +124,8 @@ public:
     void fill_zero(Buffer& dst, uint64_t offset, uint64_t bytes);
     // Whether begin() was called and submit_and_wait() not yet.
     bool recording() const { return recording_; }
+    // Dispatches in the open recording.
+    uint32_t recorded_dispatches() const { return tape_.dispatches(); }
     // Waits at most LOCALLLM_VULKAN_TIMEOUT_S seconds (default 120): a timeout or a lost device
     // is an error, and the context refuses further work.
     void submit_and_wait();
@@ -130,9 +143,9 @@ private:
     VkQueue queue_ = VK_NULL_HANDLE;
     uint32_t queue_family_ = 0;
     VkCommandPool cmd_pool_ = VK_NULL_HANDLE;
-    VkCommandBuffer cmd_ = VK_NULL_HANDLE;
     VkFence fence_ = VK_NULL_HANDLE;
-    VkDescriptorPool desc_pool_ = VK_NULL_HANDLE;
+    CommandTape tape_;                             // the open recording's commands
+    std::unique_ptr<RecordingCache> recordings_;   // command buffers recorded from tapes
     VkPhysicalDeviceMemoryProperties mem_props_{};
     uint64_t max_buffer_bytes_ = 0;
     bool recording_ = false;

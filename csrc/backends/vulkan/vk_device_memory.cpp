@@ -13,8 +13,11 @@ namespace lll::vk {
 
 namespace {
 
-// Leaves the last descriptor sets of the pool (vk_context.cpp: 1024 per submission) unused.
-constexpr uint32_t kDispatchesPerSubmit = 1000;
+// Staging memory comes in chunks of this many bytes (an upload or download over it takes a
+// staging buffer of its own, outside the recording); a recording that would need more than
+// kStageChunks of them is submitted first.
+constexpr uint64_t kStageChunkBytes = 4ull << 20;
+constexpr size_t kStageChunks = 4;
 
 std::string hex(const void* p) {
     char buf[32];
@@ -23,6 +26,8 @@ std::string hex(const void* p) {
 }
 
 }  // namespace
+
+DeviceMemory::DeviceMemory(int device_index) : ctx_(device_index), max_dispatches_(vk::max_dispatches_per_submit()) {}
 
 Buffer& DeviceMemory::find(const void* p, uint64_t* offset, const char* what) {
     const uintptr_t a = reinterpret_cast<uintptr_t>(p);
@@ -48,21 +53,41 @@ Buffer& DeviceMemory::whole(const void* p, const char* what) {
 }
 
 void DeviceMemory::record(uint32_t dispatches) {
-    if (ctx_.recording() && recorded_ + dispatches > kDispatchesPerSubmit) flush();
-    if (!ctx_.recording()) {
-        ctx_.begin();
-        recorded_ = 0;
-    }
-    recorded_ += dispatches;
+    if (ctx_.recording() && ctx_.recorded_dispatches() > 0 && ctx_.recorded_dispatches() + dispatches > max_dispatches_)
+        flush();
+    if (!ctx_.recording()) ctx_.begin();
 }
 
 void DeviceMemory::flush() {
     if (ctx_.recording()) ctx_.submit_and_wait();
-    recorded_ = 0;
+    stage_chunk_ = 0, stage_used_ = 0;
+}
+
+uint8_t* DeviceMemory::stage(uint64_t n, Buffer** buf, uint64_t* off) {
+    if (n > kStageChunkBytes) return nullptr;
+    record(0);   // opens a recording (submitting a full one first frees the staging memory)
+    if (stage_used_ + n > kStageChunkBytes) ++stage_chunk_, stage_used_ = 0;
+    if (stage_chunk_ == kStageChunks) {
+        flush();
+        record(0);
+    }
+    if (stage_chunk_ == staging_.size())
+        staging_.push_back(ctx_.create_buffer("staging", kStageChunkBytes, MemoryKind::Staging));
+    *buf = &staging_[stage_chunk_];
+    *off = stage_used_;
+    stage_used_ += (n + 15) / 16 * 16;
+    return static_cast<uint8_t*>((*buf)->mapped()) + *off;
 }
 
 void DeviceMemory::upload(Buffer& dst, uint64_t offset, const void* src, uint64_t n) {
     if (!n) return;
+    Buffer* staged = nullptr;
+    uint64_t at = 0;
+    if (uint8_t* p = stage(n, &staged, &at)) {
+        memcpy(p, src, n);
+        ctx_.copy(*staged, at, dst, offset, n);
+        return;
+    }
     flush();
     Buffer staging = ctx_.create_buffer(dst.name() + " (staging)", n, MemoryKind::Staging);
     memcpy(staging.mapped(), src, n);
@@ -73,6 +98,14 @@ void DeviceMemory::upload(Buffer& dst, uint64_t offset, const void* src, uint64_
 
 void DeviceMemory::download(const Buffer& src, uint64_t offset, void* dst, uint64_t n) {
     if (!n) return;
+    Buffer* staged = nullptr;
+    uint64_t at = 0;
+    if (const uint8_t* p = stage(n, &staged, &at)) {
+        ctx_.copy(src, offset, *staged, at, n);
+        flush();   // the staging bytes stay as the submission left them until the next upload
+        memcpy(dst, p, n);
+        return;
+    }
     flush();
     Buffer staging = ctx_.create_buffer(src.name() + " (staging)", n, MemoryKind::Staging);
     ctx_.begin();

@@ -3,7 +3,11 @@
 // a range of host address space reserved with no access (so a stray host read faults instead of
 // reading something else), and an op finds the buffer and offset of a pointer in that table.
 // The same object holds the device's context and its open recording: ops are recorded into one
-// command buffer and submitted when the host needs a result (flush).
+// command buffer and submitted when the host needs a result (flush), or when the recording holds
+// LOCALLLM_VULKAN_MAX_DISPATCHES_PER_SUBMIT dispatches (so no submission runs long enough for a
+// driver's watchdog). Host data travels through staging memory the device keeps: an upload is a
+// copy command in the open recording, from the same staging bytes at every decode step, so a
+// step's commands are the same and its recording can be resubmitted (vk_recording.h).
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -11,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backends/backend.h"
 #include "backends/vulkan/vk_context.h"
@@ -19,7 +24,7 @@ namespace lll::vk {
 
 class DeviceMemory {
 public:
-    explicit DeviceMemory(int device_index) : ctx_(device_index) {}
+    explicit DeviceMemory(int device_index);
     Context& ctx() { return ctx_; }
 
     // The buffer holding `p` and p's byte offset in it; logic_error naming `what` when p is not
@@ -28,20 +33,32 @@ public:
     // The buffer that starts at p (the kernels bind whole buffers).
     Buffer& whole(const void* p, const char* what);
 
-    // Opens a recording if none is open; counts `dispatches` against the descriptor pool and
-    // submits first when they would not fit.
+    // Opens a recording if none is open; submits the open one first when `dispatches` more
+    // would take it past the bound of one submission.
     void record(uint32_t dispatches = 1);
     // Submits the open recording and waits for it.
     void flush();
-    // Synchronous copies between host memory and bytes [offset, offset + n) of a buffer.
+    // Host bytes into [offset, offset + n) of a buffer: copied to staging memory now (the host
+    // source may change or go at once) and onto the device by a command of the open recording,
+    // so later commands see them and earlier ones do not.
     void upload(Buffer& dst, uint64_t offset, const void* src, uint64_t n);
+    // Bytes [offset, offset + n) of a buffer to the host once every recorded command has run
+    // (submits the open recording).
     void download(const Buffer& src, uint64_t offset, void* dst, uint64_t n);
 
 private:
     friend class DeviceBuffer;
+    // n bytes of staging memory for the open recording (nullptr when n is over one chunk's
+    // size: the caller copies through a staging buffer of its own); *buf and *off say where.
+    uint8_t* stage(uint64_t n, Buffer** buf, uint64_t* off);
     Context ctx_;
     std::map<uintptr_t, Buffer*> buffers_;   // by the start of each buffer's address range
-    uint32_t recorded_ = 0;                  // dispatches in the open recording
+    uint32_t max_dispatches_;
+    // Staging chunks, kept for the device's life so a step's copies name the same bytes every
+    // time; filled from the first at each recording (they are free once it was submitted).
+    std::vector<Buffer> staging_;
+    size_t stage_chunk_ = 0;
+    uint64_t stage_used_ = 0;
 };
 
 // A zero-filled device buffer behind a reserved host address range (backend.h's Buffer).
