@@ -2,8 +2,8 @@
 # The aarch64 build's tests under qemu-aarch64 (user-mode emulation), with Debian's arm64 Python
 # and numpy: the kernel tests (tests/test_kernels.py, tests/test_quants.py) once per emulated CPU
 # — `max` (Neon + dotprod + i8mm: the i8mm level is the best) and `cortex-a53` (armv8.0-a,
-# plain Neon) — and SmolLM2's teacher-forced logits against this machine's x86 build
-# (tests/test_aarch64_logits.py). Prints pass counts and wall time per run.
+# plain Neon) — and SmolLM2's teacher-forced logits against this machine's x86 build, at its
+# scalar level and at its best (tests/test_aarch64_logits.py). Prints pass counts and wall time per run.
 #
 #   scripts/build_aarch64.sh && tests/aarch64_check.sh
 #   AARCH64_CPUS=max tests/aarch64_check.sh -k q4_0     # one CPU model, pytest arguments of your own
@@ -45,10 +45,11 @@ if [ $# -gt 0 ]; then
   for cpu in ${AARCH64_CPUS:-max cortex-a53}; do run "$cpu" custom "$@"; done
 else
   for cpu in ${AARCH64_CPUS:-max cortex-a53}; do run "$cpu" kernels tests/test_kernels.py tests/test_quants.py; done
-  x86=$BUILD/x86_logits.npy
+  x86=$BUILD/x86_logits.npy x86_scalar=$BUILD/x86_scalar_logits.npy
   PYTHONPATH=$REPO/python:$REPO/cli:$REPO/convert "$HOST_PY" tests/test_aarch64_logits.py "$x86"
+  PYTHONPATH=$REPO/python:$REPO/cli:$REPO/convert LOCALLLM_ISA=scalar "$HOST_PY" tests/test_aarch64_logits.py "$x86_scalar"
   for cpu in ${AARCH64_CPUS:-max cortex-a53}; do
-    LOCALLLM_X86_LOGITS=$x86 run "$cpu" logits -s tests/test_aarch64_logits.py
+    LOCALLLM_X86_LOGITS=$x86 LOCALLLM_X86_SCALAR_LOGITS=$x86_scalar run "$cpu" logits -s tests/test_aarch64_logits.py
   done
 fi
 echo "== aarch64_check summary (logs in $BUILD/check-*.log)"
