@@ -16,12 +16,19 @@ def cpu_model() -> str:
                 return line.split(":", 1)[1].strip()
     except OSError:
         pass
+    try:   # aarch64's /proc/cpuinfo has part numbers only; lscpu names them (e.g. Neoverse-N1)
+        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+        for line in out.splitlines():
+            if line.startswith("Model name:"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
     return platform.processor() or "unknown CPU"
 
 
 def localllm_isa() -> str:
     from localllm import _core
-    names = {0: "scalar", 1: "AVX2", 2: "AVX-512 VNNI"}
+    names = {0: "scalar", 1: "AVX2", 2: "AVX-512 VNNI", 3: "Neon", 4: "Neon dotprod"}
     isa = names[_core.best_isa()]
     if _core.amx_available():
         isa += " + AMX"
@@ -32,7 +39,7 @@ def localllm_isa() -> str:
     return isa
 
 
-LLAMACPP_FEATURES = ("AVX2", "AVX512", "AVX512_VNNI", "AMX_INT8")
+LLAMACPP_FEATURES = ("AVX2", "AVX512", "AVX512_VNNI", "AMX_INT8", "NEON", "DOTPROD", "MATMUL_INT8", "SVE")
 
 
 def llamacpp_isa(venv_python: str) -> str:

@@ -24,7 +24,9 @@ from gguf.quants import dequantize, quantize
 from conftest import model_file
 from localllm import _core, _harness
 
-ISAS = [i for i in range(3) if _core.isa_available(i)]
+LEVELS = _core.isa_levels()   # this architecture's: scalar, avx2, avx512 or scalar, neon, dotprod, i8mm
+ISAS = [i for i in LEVELS if _core.isa_available(i)]
+SCALAR, AVX2, AVX512, NEON, DOTPROD, I8MM = 0, 1, 2, 3, 4, 5
 LEGACY = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0]
 KQUANTS = [T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K]
 FLOATS = [T.F32, T.F16, T.BF16]
@@ -33,11 +35,19 @@ ALL_TYPES = LEGACY + KQUANTS + FLOATS + IQ4
 VEC_DOT_TYPE = {T.Q4_0: T.Q8_0, T.Q5_0: T.Q8_0, T.Q8_0: T.Q8_0, T.Q4_1: T.Q8_1, T.Q5_1: T.Q8_1,
                 **{t: T.Q8_K for t in KQUANTS}, **{t: t for t in FLOATS},
                 T.IQ4_NL: T.Q8_0, T.IQ4_XS: T.Q8_K}
-# Types whose SIMD levels must have their own kernels (not fall back to a lower level).
+# Types whose SIMD levels must have their own kernels (not fall back to the scalar reference).
 MUST_HAVE_SIMD = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q8_0, T.Q4_K, T.Q6_K, T.F16, T.F32]
 # Known fallbacks: {type: {requested level: level actually used}}; every other pair is served
 # by its own level. IQ4_NL / IQ4_XS have scalar and AVX2 kernels; AVX-512 runs the AVX2 ones.
-FALLBACKS: dict[T, dict[int, int]] = {T.IQ4_NL: {2: 1}, T.IQ4_XS: {2: 1}}
+# On aarch64 the float rows have no dotprod or i8mm form (Neon's run), the K-quants no i8mm one
+# (dotprod's run), and the types beyond the reference models' run the scalar reference.
+FALLBACKS: dict[T, dict[int, int]] = {
+    T.IQ4_NL: {AVX512: AVX2}, T.IQ4_XS: {AVX512: AVX2},
+    T.F32: {DOTPROD: NEON, I8MM: NEON}, T.F16: {DOTPROD: NEON, I8MM: NEON},
+    T.Q4_K: {I8MM: DOTPROD}, T.Q6_K: {I8MM: DOTPROD},
+    **{t: {NEON: SCALAR, DOTPROD: SCALAR, I8MM: SCALAR}
+       for t in [T.Q5_1, T.Q2_K, T.Q3_K, T.Q5_K, T.BF16, T.IQ4_NL, T.IQ4_XS]},
+}
 
 F16_EPS = 2.0 ** -11   # unit roundoff of fp16
 BF16_EPS = 2.0 ** -8
@@ -253,13 +263,18 @@ def model_rows() -> dict[T, tuple[str, np.ndarray, int]]:
 # ---------------------------------------------------------------------------------------------
 
 def test_isa_levels() -> None:
+    """The levels of this architecture are available from scalar up to the best one, each
+    including the ones before it; the other architecture's levels never are."""
+    assert LEVELS in ([SCALAR, AVX2, AVX512], [SCALAR, NEON, DOTPROD, I8MM])
     assert _core.isa_available(0)
     best = _core.best_isa()
-    assert _core.isa_available(best)
-    assert all(_core.isa_available(i) for i in range(best + 1))
-    assert not any(_core.isa_available(i) for i in range(best + 1, 3))
-    assert [_core.isa_name(i) for i in range(3)] == ["scalar", "avx2", "avx512"]
-    assert not _core.isa_available(3) and not _core.isa_available(-1)
+    assert best in LEVELS and _core.isa_available(best)
+    rank = LEVELS.index(best)
+    assert all(_core.isa_available(i) for i in LEVELS[:rank + 1])
+    assert not any(_core.isa_available(i) for i in LEVELS[rank + 1:])
+    assert not any(_core.isa_available(i) for i in range(6) if i not in LEVELS)
+    assert [_core.isa_name(i) for i in range(6)] == ["scalar", "avx2", "avx512", "neon", "dotprod", "i8mm"]
+    assert not _core.isa_available(6) and not _core.isa_available(-1)
 
 
 @pytest.mark.parametrize("isa", ISAS)
@@ -269,8 +284,8 @@ def test_isa_fallbacks(t: T, isa: int) -> None:
     every level; the documented fallbacks (FALLBACKS) report the lower level they use."""
     level = _harness.vec_dot_isa(int(t), isa)
     assert level == FALLBACKS.get(t, {}).get(isa, isa), f"{t.name} at {_core.isa_name(isa)} uses {_core.isa_name(level)}"
-    if t in MUST_HAVE_SIMD:
-        assert level == isa
+    if t in MUST_HAVE_SIMD and isa != SCALAR:
+        assert level != SCALAR
 
 
 # ---------------------------------------------------------------------------------------------

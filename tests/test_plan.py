@@ -150,7 +150,7 @@ def test_plan_cpu_side_equals_what_loading_allocates(key, numerics):
     m.forward(np.arange(n, dtype=np.int32) % 100, np.arange(n, dtype=np.int32), np.zeros(n, np.int32),
               np.arange(1, 1 + n // BS, dtype=np.int32)[None, :], np.array([n - 1], np.int32))
     assert m.allocated["CPU"]["scratch"] == cpu.scratch
-    if numerics == "fast" and _core.best_isa() >= 1:
+    if numerics == "fast" and _core.best_isa() in (1, 2):
         assert cpu.weights > 0      # the repacked arena and the vector copies (AVX2 / AVX-512 panels)
     else:
         assert cpu.weights == 0     # nothing repacked: the kernels read the mapped GGUF bytes

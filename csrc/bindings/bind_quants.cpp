@@ -178,7 +178,7 @@ py::dict traits_dict(const lll::TypeTraits& tt) {
     info["importance_aware"] = tt.quantize_weighted != nullptr;
     info["needs_importance"] = tt.needs_importance;
     py::list levels;   // ISA levels with a kernel set written (and compiled in) for this type
-    for (int level = 0; level < 3; ++level)
+    for (int level = 0; level < lll::kIsaLevels; ++level)
         if (tt.kernels[level]) levels.append(lll::isa_name(static_cast<lll::Isa>(level)));
     info["kernels"] = levels;
     info["repackable"] = tt.repackable();

@@ -143,6 +143,9 @@ namespace kern { struct KernelSet; }   // csrc/backends/cpu/quants/dot/dot_impl.
 // kernels run it, from GGUF rows).
 enum class BseqFamily : uint8_t { None, Legacy, LegacyMin, KQuant, Q6K };
 
+// Kernel levels (quants.h's Isa: scalar, AVX2, AVX-512, Neon, Dotprod, I8mm): one slot each below.
+constexpr int kIsaLevels = 6;
+
 // One activation row -> blocks of an activation type at one ISA level (n a multiple of the block).
 typedef void (*ActQuantFn)(const float* x, void* dst, int64_t n);
 
@@ -163,13 +166,13 @@ struct TypeTraits {
     // n elements, a multiple of block_elems, already checked by quants.h's entry points.
     void (*dequantize)(const void* src, float* dst, int64_t n);
     void (*quantize)(const float* src, void* dst, int64_t n);   // bit-exact with llama-quantize
-    // Dot-product kernel set written for each level (Isa: scalar, AVX2, AVX-512); a level
-    // without one falls back to the level below (kern::find_kernels).
-    const kern::KernelSet* (*kernels[3])();
+    // Dot-product kernel set written for each level (indexed by Isa: scalar, AVX2, AVX-512,
+    // Neon, Dotprod, I8mm); a level without one falls back to the level below (kern::find_kernels).
+    const kern::KernelSet* (*kernels[kIsaLevels])();
     // As an activation type (some type's vec_dot_type): its quantizer written for each level
     // (ggml's x86 rounding, the same bytes at every level); a level without one falls back to
     // the level below. Null everywhere for types never used as activations.
-    ActQuantFn act_quant[3];
+    ActQuantFn act_quant[kIsaLevels];
     BseqFamily bseq;         // its block-sequential family: repacked into panels at load when not None
     // Importance-weighted quantization of one row of n_per_row (llama-quantize --imatrix: ggml's
     // quantize_<type> with quant_weights); importance = n_per_row floats, or nullptr for the

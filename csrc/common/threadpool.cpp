@@ -26,6 +26,8 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define LLL_CPU_RELAX() _mm_pause()
+#elif defined(__aarch64__)
+#define LLL_CPU_RELAX() __asm__ __volatile__("yield")
 #else
 #define LLL_CPU_RELAX() ((void)0)
 #endif

@@ -7,7 +7,9 @@
 // its boundary with a histogram of the weights and sorts only the boundary bucket.
 #include "sampling/sampling.h"
 
+#if defined(__AVX__) || defined(__AVX512F__)
 #include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <cmath>

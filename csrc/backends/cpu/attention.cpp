@@ -209,7 +209,8 @@ void attention(ThreadPool& pool, const KVCache& kv, int layer, const float* q, f
     const Shape sh{n_head, n_head_kv, head_dim, n_head_kv > 0 ? n_head / n_head_kv : 0, scale, window, softcap};
     validate(kv, b, sh);
     if (b.n_tokens == 0) return;
-    const AttnKernel use = pick_attention_kernel(kernel, head_dim % 16 == 0, head_dim % 8 == 0);
+    // (unused where neither SIMD kernel is compiled: the call still refuses one asked for)
+    [[maybe_unused]] const AttnKernel use = pick_attention_kernel(kernel, head_dim % 16 == 0, head_dim % 8 == 0);
     const int64_t q_len = b.n_tokens * (int64_t)n_head * head_dim;
     q = prepare_queries(kv, q, q_len);
     static thread_local std::vector<Chunk> chunks;   // the caller's; workers only read it

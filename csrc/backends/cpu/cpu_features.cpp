@@ -8,8 +8,14 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
+#if defined(__aarch64__) && defined(__linux__)
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
+#endif
 
 namespace lll {
+
+#if defined(__x86_64__) || defined(__i386__)
 
 namespace {
 
@@ -21,7 +27,6 @@ struct Cpuid {
 const Cpuid& cpuid() {
     static const Cpuid c = [] {
         Cpuid r;
-#if defined(__x86_64__) || defined(__i386__)
         unsigned eax, ebx, ecx, edx;
         if (__get_cpuid(1, &eax, &ebx, &ecx, &edx)) r.leaf1_ecx = ecx;
         if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) r.leaf7_ebx = ebx, r.leaf7_ecx = ecx;
@@ -33,7 +38,6 @@ const Cpuid& cpuid() {
             __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
             r.xcr0 = ((uint64_t)hi << 32) | lo;
         }
-#endif
         return r;
     }();
     return c;
@@ -48,8 +52,6 @@ bool os_saves_ymm() { return (cpuid().xcr0 & kXcr0Ymm) == kXcr0Ymm; }
 bool os_saves_zmm() { return os_saves_ymm() && (cpuid().xcr0 & kXcr0Zmm) == kXcr0Zmm; }
 
 }  // namespace
-
-#if defined(__x86_64__) || defined(__i386__)
 
 bool cpu_has_avx2() {
     return all(cpuid().leaf1_ecx, bit_FMA | bit_F16C | bit_AVX) && all(cpuid().leaf7_ebx, bit_AVX2) && os_saves_ymm();
@@ -83,6 +85,18 @@ bool cpu_runs_x86_64_v2() { return false; }
 bool cpu_runs_x86_64_v3() { return false; }
 bool cpu_runs_x86_64_v4_vnni_vbmi() { return false; }
 
+#endif
+
+// The kernel reports what this CPU implements and lets user space run (the same bits /proc/cpuinfo
+// shows as "asimd", "asimddp" and "i8mm"); reading the ID registers directly would trap on older kernels.
+#if defined(__aarch64__) && defined(__linux__)
+bool cpu_has_neon() { return (getauxval(AT_HWCAP) & HWCAP_ASIMD) != 0; }
+bool cpu_has_dotprod() { return cpu_has_neon() && (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0; }
+bool cpu_has_i8mm() { return cpu_has_dotprod() && (getauxval(AT_HWCAP2) & HWCAP2_I8MM) != 0; }
+#else
+bool cpu_has_neon() { return false; }
+bool cpu_has_dotprod() { return false; }
+bool cpu_has_i8mm() { return false; }
 #endif
 
 }  // namespace lll

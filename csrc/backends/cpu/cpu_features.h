@@ -1,5 +1,5 @@
 // cpu_features.h — what this CPU, and the OS's grant of register state, let a process run:
-// CPUID feature bits plus XCR0 (XGETBV), so that an instruction set the CPU has but the OS does
+// on x86, CPUID feature bits plus XCR0 (XGETBV), so that an instruction set the CPU has but the OS does
 // not save on a context switch (AVX-512 under an old kernel or a hypervisor that hides it) counts
 // as absent. Compiled for plain x86-64 wherever it is used: the portable build's probe runs it
 // before it knows which variant of the core this CPU can load.
@@ -9,6 +9,11 @@ namespace lll {
 
 bool cpu_has_avx2();     // the AVX2 kernel level: AVX2 + FMA + F16C, YMM state granted
 bool cpu_has_avx512();   // the AVX-512 kernel level: the AVX2 level + F/BW/VL/DQ/VNNI/VBMI + BMI2, ZMM state granted
+
+// aarch64 (Linux: the kernel's hwcaps, getauxval(AT_HWCAP)); false on every other architecture.
+bool cpu_has_neon();      // Advanced SIMD (FEAT_AdvSIMD), with its fp16 <-> f32 conversions
+bool cpu_has_dotprod();   // Neon + SDOT/UDOT (FEAT_DotProd, HWCAP_ASIMDDP)
+bool cpu_has_i8mm();      // dotprod + SMMLA/UMMLA/USMMLA (FEAT_I8MM, HWCAP2_I8MM)
 
 // The portable build's variants (LOCALLLM_PORTABLE): each is the whole core compiled with one
 // -march; these say whether this CPU runs every instruction that -march allows.

@@ -15,45 +15,72 @@ namespace lll {
 
 namespace {
 
-// LOCALLLM_ISA=scalar|avx2|avx512 caps the kernel level for the whole process, so that tests
-// can run the lower paths end to end on a machine that has the higher ones. -1: a value that
-// names no level (best_isa() reports it).
+// This architecture's levels, lowest first; each includes everything below it.
+#if defined(__aarch64__)
+constexpr Isa kLevels[] = {Isa::Scalar, Isa::Neon, Isa::Dotprod, Isa::I8mm};
+#else
+constexpr Isa kLevels[] = {Isa::Scalar, Isa::AVX2, Isa::AVX512};
+#endif
+constexpr int kNumLevels = sizeof(kLevels) / sizeof(kLevels[0]);
+
+// LOCALLLM_ISA=<level name> caps the kernel level for the whole process, so that tests can run
+// the lower paths end to end on a machine that has the higher ones: the position of that level
+// in kLevels; -1 for a value that names no level of this architecture (best_isa() reports it).
 int isa_cap() {
     static const int cap = [] {
         const char* v = getenv("LOCALLLM_ISA");
-        if (!v || !*v) return (int)Isa::AVX512;
-        for (Isa i : {Isa::Scalar, Isa::AVX2, Isa::AVX512})
-            if (strcmp(v, isa_name(i)) == 0) return (int)i;
+        if (!v || !*v) return kNumLevels - 1;
+        for (int i = 0; i < kNumLevels; ++i)
+            if (strcmp(v, isa_name(kLevels[i])) == 0) return i;
         return -1;
     }();
     return cap;
 }
 
-}  // namespace
+// The position of `isa` in kLevels; -1 for another architecture's level.
+int level_rank(Isa isa) {
+    for (int i = 0; i < kNumLevels; ++i)
+        if (kLevels[i] == isa) return i;
+    return -1;
+}
 
-bool isa_available(Isa isa) {
-    if (isa_cap() >= 0 && (int)isa > isa_cap()) return false;
+bool cpu_runs(Isa isa) {
     switch (isa) {
         case Isa::Scalar: return true;
-        case Isa::AVX2: {
-            // The probe runs once; the answer cannot change while the process lives.
-            static const bool ok = LLL_BUILD_AVX2 && cpu_has_avx2();
-            return ok;
-        }
-        case Isa::AVX512: {
-            static const bool ok = LLL_BUILD_AVX512 && cpu_has_avx512();
-            return ok;
-        }
+        case Isa::AVX2: return LLL_BUILD_AVX2 && cpu_has_avx2();
+        case Isa::AVX512: return LLL_BUILD_AVX512 && cpu_has_avx512();
+        case Isa::Neon: return LLL_BUILD_NEON && cpu_has_neon();
+        case Isa::Dotprod: return LLL_BUILD_DOTPROD && cpu_has_dotprod();
+        case Isa::I8mm: return LLL_BUILD_I8MM && cpu_has_i8mm();
     }
     return false;
 }
 
+}  // namespace
+
+const Isa* isa_levels(int* count) {
+    *count = kNumLevels;
+    return kLevels;
+}
+
+bool isa_available(Isa isa) {
+    const int rank = level_rank(isa);
+    if (rank < 0 || (isa_cap() >= 0 && rank > isa_cap())) return false;
+    // The probe runs once per level; the answer cannot change while the process lives.
+    static const bool runs[kIsaLevels] = {cpu_runs(Isa::Scalar), cpu_runs(Isa::AVX2), cpu_runs(Isa::AVX512),
+                                          cpu_runs(Isa::Neon), cpu_runs(Isa::Dotprod), cpu_runs(Isa::I8mm)};
+    return runs[(int)isa];
+}
+
 Isa best_isa() {
-    if (isa_cap() < 0)
+    if (isa_cap() < 0) {
+        std::string names;
+        for (int i = 0; i < kNumLevels; ++i) names += std::string(i ? ", " : "") + isa_name(kLevels[i]);
         throw std::invalid_argument(std::string("LOCALLLM_ISA='") + getenv("LOCALLLM_ISA") +
-                                    "' names no kernel level (scalar, avx2 or avx512)");
-    if (isa_available(Isa::AVX512)) return Isa::AVX512;
-    if (isa_available(Isa::AVX2)) return Isa::AVX2;
+                                    "' names no kernel level (" + names + ")");
+    }
+    for (int i = kNumLevels - 1; i > 0; --i)
+        if (isa_available(kLevels[i])) return kLevels[i];
     return Isa::Scalar;
 }
 
@@ -94,6 +121,9 @@ const char* isa_name(Isa isa) {
         case Isa::Scalar: return "scalar";
         case Isa::AVX2: return "avx2";
         case Isa::AVX512: return "avx512";
+        case Isa::Neon: return "neon";
+        case Isa::Dotprod: return "dotprod";
+        case Isa::I8mm: return "i8mm";
     }
     return "unknown";
 }

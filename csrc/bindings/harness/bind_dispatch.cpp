@@ -26,7 +26,7 @@ constexpr int64_t kRows = kern::kMaxTile > bseq::kPanel ? kern::kMaxTile : bseq:
 constexpr int64_t kK = 2 * QK_K;   // a whole number of blocks of every type
 constexpr int64_t kActRows = 5;    // more than one: the prompt kernels, not only decode's
 
-const Isa kLevels[] = {Isa::Scalar, Isa::AVX2, Isa::AVX512};
+const Isa kLevels[] = {Isa::Scalar, Isa::AVX2, Isa::AVX512, Isa::Neon, Isa::Dotprod, Isa::I8mm};   // unavailable ones skipped
 
 std::vector<float> test_values(int64_t n, float phase) {
     std::vector<float> v((size_t)n);

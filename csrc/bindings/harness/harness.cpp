@@ -22,7 +22,9 @@ SharedPool& shared_pool(int n_threads) {
 
 Isa isa_from_int(int isa, bool allow_best) {
     if (allow_best && isa == -1) return best_isa();
-    if (isa < 0 || isa > 2) throw std::invalid_argument("isa must be 0 (scalar), 1 (avx2) or 2 (avx512), got " + std::to_string(isa));
+    if (isa < 0 || isa >= kIsaLevels)
+        throw std::invalid_argument("isa must be 0 (scalar), 1 (avx2), 2 (avx512), 3 (neon), 4 (dotprod) or 5 (i8mm), got " +
+                                    std::to_string(isa));
     const Isa level = static_cast<Isa>(isa);
     if (!isa_available(level))
         throw std::invalid_argument(std::string("ISA level ") + isa_name(level) + " is not available on this CPU/build");

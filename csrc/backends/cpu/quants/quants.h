@@ -8,11 +8,18 @@
 
 namespace lll {
 
-// Instruction-set level of a kernel. Scalar is always available.
-enum class Isa : int { Scalar = 0, AVX2 = 1, AVX512 = 2 };
+// Instruction-set level of a kernel. Scalar is always available; x86-64 has AVX2 and AVX512,
+// aarch64 has Neon (Advanced SIMD, every armv8-a CPU), Dotprod (Neon + SDOT, FEAT_DotProd) and
+// I8mm (Dotprod + SMMLA, FEAT_I8MM).
+// Within one architecture a higher value is a superset of the lower ones; the other
+// architecture's levels are never available. The values index TypeTraits::kernels / act_quant.
+enum class Isa : int { Scalar = 0, AVX2 = 1, AVX512 = 2, Neon = 3, Dotprod = 4, I8mm = 5 };
+static_assert((int)Isa::I8mm + 1 == kIsaLevels, "TypeTraits holds one kernel slot per level");
 Isa best_isa();                      // the fastest level compiled in and supported by this CPU
 bool isa_available(Isa isa);         // compiled in and supported by this CPU
 const char* isa_name(Isa isa);
+// This architecture's levels, lowest (Scalar) first: {scalar, avx2, avx512} or {scalar, neon, dotprod, i8mm}.
+const Isa* isa_levels(int* count);
 // Whether the repacked decode kernels (1-3 rows) prefetch panels ahead in software (isa.cpp).
 bool replay_prefetch_pays();
 // Whether Q6_K's prompt kernels scale unit sums with shuffle + vpdpwssd instead of vpmulld (isa.cpp).

@@ -33,26 +33,40 @@ using SetFn = const kern::KernelSet* (*)();
 #define AVX512_SET(t) nullptr
 #define AVX512_ACT(t) nullptr
 #endif
+#if LLL_BUILD_NEON
+#define NEON_SET(t) &kern::sets::neon_##t
+#else
+#define NEON_SET(t) nullptr
+#endif
+#if LLL_BUILD_DOTPROD
+#define DOTPROD_SET(t) &kern::sets::dotprod_##t
+#else
+#define DOTPROD_SET(t) nullptr
+#endif
+#if LLL_BUILD_I8MM
+#define I8MM_SET(t) &kern::sets::i8mm_##t
+#else
+#define I8MM_SET(t) nullptr
+#endif
 
 // An id ggml defines that this runtime does not support: its name only.
 constexpr TypeTraits unsupported(uint32_t id, const char* name) {
     return {static_cast<GGMLType>(id), name, 0, 0, false, GGMLType::F32, nullptr, nullptr,
-            {nullptr, nullptr, nullptr}, {nullptr, nullptr, nullptr}, BseqFamily::None};
+            {}, {}, BseqFamily::None};
 }
 
 // A plain element type: one element per block, no dot product unless given.
 constexpr TypeTraits plain(GGMLType id, const char* name, int32_t bytes, ref::DequantizeFn deq,
                            ref::QuantizeFn q, SetFn scalar = nullptr, SetFn avx2 = nullptr,
                            SetFn avx512 = nullptr) {
-    return {id, name, 1, bytes, false, id, deq, q, {scalar, avx2, avx512}, {nullptr, nullptr, nullptr},
-            BseqFamily::None};
+    return {id, name, 1, bytes, false, id, deq, q, {scalar, avx2, avx512}, {}, BseqFamily::None};
 }
 
 // A block-quantized type multiplied with activations in `act`.
 constexpr TypeTraits quant(GGMLType id, const char* name, int32_t elems, int32_t bytes, GGMLType act,
                            ref::DequantizeFn deq, ref::QuantizeFn q, SetFn scalar, SetFn avx2,
                            SetFn avx512, BseqFamily bseq) {
-    return {id, name, elems, bytes, true, act, deq, q, {scalar, avx2, avx512}, {nullptr, nullptr, nullptr}, bseq};
+    return {id, name, elems, bytes, true, act, deq, q, {scalar, avx2, avx512}, {}, bseq};
 }
 
 // `t` as an activation type too: quantized per level by these (null: the level below's).
@@ -60,6 +74,15 @@ constexpr TypeTraits activation(TypeTraits t, ActQuantFn scalar, ActQuantFn avx2
     t.act_quant[0] = scalar;
     t.act_quant[1] = avx2;
     t.act_quant[2] = avx512;
+    return t;
+}
+
+// `t` with aarch64 kernel sets (Neon, Dotprod, I8mm; null: the level below's). Activations on aarch64
+// are quantized by the scalar code (the same bytes as every x86 level's).
+constexpr TypeTraits arm(TypeTraits t, SetFn neon, SetFn dotprod, SetFn i8mm = nullptr) {
+    t.kernels[static_cast<int>(Isa::Neon)] = neon;
+    t.kernels[static_cast<int>(Isa::Dotprod)] = dotprod;
+    t.kernels[static_cast<int>(Isa::I8mm)] = i8mm;
     return t;
 }
 
@@ -77,25 +100,29 @@ namespace a = kern::act;
 
 // Indexed by ggml type id (ggml.h's enum ggml_type; the GGUF file format).
 constexpr TypeTraits kTypes[] = {
-    activation(plain(T::F32, "F32", 4, ref::dequantize_f32, ref::quantize_f32, s::scalar_f32, AVX2_SET(f32),
+    arm(activation(plain(T::F32, "F32", 4, ref::dequantize_f32, ref::quantize_f32, s::scalar_f32, AVX2_SET(f32),
                      AVX512_SET(f32)),
-               a::scalar_f32, nullptr, nullptr),
-    activation(plain(T::F16, "F16", 2, ref::dequantize_f16, ref::quantize_f16, s::scalar_f16, AVX2_SET(f16),
+               a::scalar_f32, nullptr, nullptr), NEON_SET(f32), nullptr),
+    arm(activation(plain(T::F16, "F16", 2, ref::dequantize_f16, ref::quantize_f16, s::scalar_f16, AVX2_SET(f16),
                      AVX512_SET(f16)),
-               a::scalar_f16, AVX2_ACT(f16), AVX512_ACT(f16)),
-    weighted(quant(T::Q4_0, "Q4_0", QK4_0, sizeof(block_q4_0), T::Q8_0, ref::dequantize_q4_0, ref::quantize_q4_0,
-          s::scalar_q4_0, AVX2_SET(q4_0), AVX512_SET(q4_0), B::Legacy), ref::quantize_weighted_q4_0),
-    weighted(quant(T::Q4_1, "Q4_1", QK4_1, sizeof(block_q4_1), T::Q8_1, ref::dequantize_q4_1, ref::quantize_q4_1,
-          s::scalar_q4_1, AVX2_SET(q4_1), AVX512_SET(q4_1), B::LegacyMin), ref::quantize_weighted_q4_1),
+               a::scalar_f16, AVX2_ACT(f16), AVX512_ACT(f16)), NEON_SET(f16), nullptr),
+    arm(weighted(quant(T::Q4_0, "Q4_0", QK4_0, sizeof(block_q4_0), T::Q8_0, ref::dequantize_q4_0, ref::quantize_q4_0,
+          s::scalar_q4_0, AVX2_SET(q4_0), AVX512_SET(q4_0), B::Legacy), ref::quantize_weighted_q4_0), NEON_SET(q4_0), DOTPROD_SET(q4_0),
+        I8MM_SET(q4_0)),
+    arm(weighted(quant(T::Q4_1, "Q4_1", QK4_1, sizeof(block_q4_1), T::Q8_1, ref::dequantize_q4_1, ref::quantize_q4_1,
+          s::scalar_q4_1, AVX2_SET(q4_1), AVX512_SET(q4_1), B::LegacyMin), ref::quantize_weighted_q4_1), NEON_SET(q4_1), DOTPROD_SET(q4_1),
+        I8MM_SET(q4_1)),
     unsupported(4, "Q4_2"),
     unsupported(5, "Q4_3"),
-    weighted(quant(T::Q5_0, "Q5_0", QK5_0, sizeof(block_q5_0), T::Q8_0, ref::dequantize_q5_0, ref::quantize_q5_0,
-          s::scalar_q5_0, AVX2_SET(q5_0), AVX512_SET(q5_0), B::Legacy), ref::quantize_weighted_q5_0),
+    arm(weighted(quant(T::Q5_0, "Q5_0", QK5_0, sizeof(block_q5_0), T::Q8_0, ref::dequantize_q5_0, ref::quantize_q5_0,
+          s::scalar_q5_0, AVX2_SET(q5_0), AVX512_SET(q5_0), B::Legacy), ref::quantize_weighted_q5_0), NEON_SET(q5_0), DOTPROD_SET(q5_0),
+        I8MM_SET(q5_0)),
     weighted(quant(T::Q5_1, "Q5_1", QK5_1, sizeof(block_q5_1), T::Q8_1, ref::dequantize_q5_1, ref::quantize_q5_1,
           s::scalar_q5_1, AVX2_SET(q5_1), AVX512_SET(q5_1), B::LegacyMin), ref::quantize_weighted_q5_1),
-    activation(quant(T::Q8_0, "Q8_0", QK8_0, sizeof(block_q8_0), T::Q8_0, ref::dequantize_q8_0,
+    arm(activation(quant(T::Q8_0, "Q8_0", QK8_0, sizeof(block_q8_0), T::Q8_0, ref::dequantize_q8_0,
                      ref::quantize_q8_0, s::scalar_q8_0, AVX2_SET(q8_0), AVX512_SET(q8_0), B::Legacy),
-               a::scalar_q8_0, AVX2_ACT(q8_0), AVX512_ACT(q8_0)),
+               a::scalar_q8_0, AVX2_ACT(q8_0), AVX512_ACT(q8_0)), NEON_SET(q8_0), DOTPROD_SET(q8_0),
+        I8MM_SET(q8_0)),
     // Activation-only formats: no weight kernels.
     activation(quant(T::Q8_1, "Q8_1", QK8_1, sizeof(block_q8_1), T::Q8_1, ref::dequantize_q8_1,
                      ref::quantize_q8_1, nullptr, nullptr, nullptr, B::None),
@@ -104,12 +131,12 @@ constexpr TypeTraits kTypes[] = {
           s::scalar_q2_K, AVX2_SET(q2_K), AVX512_SET(q2_K), B::None), ref::quantize_weighted_q2_K),
     weighted(quant(T::Q3_K, "Q3_K", QK_K, sizeof(block_q3_K), T::Q8_K, ref::dequantize_q3_K, ref::quantize_q3_K,
           s::scalar_q3_K, AVX2_SET(q3_K), AVX512_SET(q3_K), B::None), ref::quantize_weighted_q3_K),
-    weighted(quant(T::Q4_K, "Q4_K", QK_K, sizeof(block_q4_K), T::Q8_K, ref::dequantize_q4_K, ref::quantize_q4_K,
-          s::scalar_q4_K, AVX2_SET(q4_K), AVX512_SET(q4_K), B::KQuant), ref::quantize_weighted_q4_K),
+    arm(weighted(quant(T::Q4_K, "Q4_K", QK_K, sizeof(block_q4_K), T::Q8_K, ref::dequantize_q4_K, ref::quantize_q4_K,
+          s::scalar_q4_K, AVX2_SET(q4_K), AVX512_SET(q4_K), B::KQuant), ref::quantize_weighted_q4_K), NEON_SET(q4_K), DOTPROD_SET(q4_K)),
     weighted(quant(T::Q5_K, "Q5_K", QK_K, sizeof(block_q5_K), T::Q8_K, ref::dequantize_q5_K, ref::quantize_q5_K,
           s::scalar_q5_K, AVX2_SET(q5_K), AVX512_SET(q5_K), B::KQuant), ref::quantize_weighted_q5_K),
-    weighted(quant(T::Q6_K, "Q6_K", QK_K, sizeof(block_q6_K), T::Q8_K, ref::dequantize_q6_K, ref::quantize_q6_K,
-          s::scalar_q6_K, AVX2_SET(q6_K), AVX512_SET(q6_K), B::Q6K), ref::quantize_weighted_q6_K),
+    arm(weighted(quant(T::Q6_K, "Q6_K", QK_K, sizeof(block_q6_K), T::Q8_K, ref::dequantize_q6_K, ref::quantize_q6_K,
+          s::scalar_q6_K, AVX2_SET(q6_K), AVX512_SET(q6_K), B::Q6K), ref::quantize_weighted_q6_K), NEON_SET(q6_K), DOTPROD_SET(q6_K)),
     activation(quant(T::Q8_K, "Q8_K", QK_K, sizeof(block_q8_K), T::Q8_K, ref::dequantize_q8_K,
                      ref::quantize_q8_K, nullptr, nullptr, nullptr, B::None),
                a::scalar_q8_K, AVX2_ACT(q8_K), AVX512_ACT(q8_K)),

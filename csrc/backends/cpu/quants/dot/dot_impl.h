@@ -36,6 +36,20 @@
 #define LLL_BUILD_AVX512 0
 #endif
 
+// aarch64: Neon is part of every armv8-a CPU (always compiled there); the Dotprod and I8mm
+// kernels are compiled for armv8.2-a+dotprod(+i8mm) inside their own files only (the target
+// pragmas of dot_dotprod.cpp, dot_i8mm.cpp) and run where the CPU reports FEAT_DotProd /
+// FEAT_I8MM (isa.cpp), so a plain armv8-a CPU never meets them.
+#if defined(__aarch64__) && defined(__ARM_NEON)
+#define LLL_BUILD_NEON 1
+#define LLL_BUILD_DOTPROD 1
+#define LLL_BUILD_I8MM 1
+#else
+#define LLL_BUILD_NEON 0
+#define LLL_BUILD_DOTPROD 0
+#define LLL_BUILD_I8MM 0
+#endif
+
 #ifndef LLL_PREFETCH_AHEAD
 #define LLL_PREFETCH_AHEAD 8192
 #endif
@@ -59,9 +73,11 @@ struct KernelSet {
 };
 
 // The kernel sets, one function per (level, weight type), defined in that level's file
-// (dot_scalar.cpp, dot_avx2.cpp, dot_avx512.cpp, dot_avx512_k.cpp) and referenced only by the
-// type registry's kernels[] (type_registry.cpp). AVX2 / AVX-512 ones exist only where that level
-// is compiled in (LLL_BUILD_AVX2 / LLL_BUILD_AVX512).
+// (dot_scalar.cpp, dot_avx2.cpp, dot_avx512.cpp, dot_avx512_k.cpp, dot_neon.cpp, dot_dotprod.cpp,
+// dot_i8mm.cpp)
+// and referenced only by the type registry's kernels[] (type_registry.cpp). SIMD ones exist only
+// where that level is compiled in (LLL_BUILD_AVX2 / _AVX512 / _NEON / _DOTPROD / _I8MM), and on aarch64
+// only for the types listed there.
 #define LLL_KERNEL_SETS(level)                                                                 \
     const KernelSet* level##_q4_0(); const KernelSet* level##_q4_1();                          \
     const KernelSet* level##_q5_0(); const KernelSet* level##_q5_1();                          \
@@ -77,6 +93,9 @@ namespace sets {
 LLL_KERNEL_SETS(scalar)
 LLL_KERNEL_SETS(avx2)
 LLL_KERNEL_SETS(avx512)
+LLL_KERNEL_SETS(neon)
+LLL_KERNEL_SETS(dotprod)
+LLL_KERNEL_SETS(i8mm)
 }  // namespace sets
 #undef LLL_KERNEL_SETS
 
