@@ -99,9 +99,8 @@ def ppl_llamacpp(bin_dir: Path, model: Path, threads: int) -> dict:
     out = r.stdout + r.stderr
     m = re.search(r"Final estimate: PPL = ([0-9.]+) \+/- ([0-9.]+)", out)
     chunks = re.search(r"calculating perplexity over (\d+) chunks", out)
-    bpw = re.search(r"file size\s*=\s*[0-9.]+ \w+ \(([0-9.]+) BPW\)", out)
     return {"ppl": float(m.group(1)), "stderr": float(m.group(2)), "chunks": int(chunks.group(1)),
-            "bpw_reported": float(bpw.group(1)) if bpw else None, "seconds": round(time.perf_counter() - t0, 1)}
+            "seconds": round(time.perf_counter() - t0, 1)}
 
 
 def bits_per_weight(path: Path) -> float:
@@ -165,8 +164,8 @@ def save(path: Path, data: dict) -> None:
 def table(data: dict) -> str:
     """The markdown table of a run; every expected row, those not run marked so."""
     done = {(r["model"], r["preset"], r["imatrix"]): r for r in data["rows"]}
-    lines = ["| model | preset | imatrix | bits/weight | size (MiB) | PPL localllm | PPL llama.cpp | difference |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| model | preset | imatrix | tensor types (count) | bits/weight | size (MiB) | PPL localllm | "
+             "PPL llama.cpp | difference |", "|---|---|---|---|---|---|---|---|---|"]
     for key in data["models"]:
         label = MODELS[key][1]
         for preset in data["presets"]:
@@ -174,13 +173,15 @@ def table(data: dict) -> str:
                 r = done.get((key, preset, weighted))
                 head = f"| {label} | {preset.upper()} | {'yes' if weighted else 'no'} |"
                 if r is None:
-                    lines.append(f"{head} | | | not run | | |")
+                    lines.append(f"{head} | | | | not run | not run | |")
                 elif r.get("refused"):
-                    lines.append(f"{head} | | | refuses | refuses | |")
+                    lines.append(f"{head} | | | | refuses | refuses | |")
                 else:
                     ours, theirs = r["localllm"]["ppl"], r["llamacpp"]["ppl"]
-                    lines.append(f"{head} {r['bpw']:.2f} | {r['bytes'] / 2**20:.1f} | {ours:.4f} | {theirs:.4f} | "
-                                 f"{100 * (ours - theirs) / theirs:+.3f}% |")
+                    types = ", ".join(f"{t} {n}" for t, n in sorted(r["types"].items(), key=lambda kv: -kv[1])
+                                      if t != "F32")
+                    lines.append(f"{head} {types} | {r['bpw']:.2f} | {r['bytes'] / 2**20:.1f} | {ours:.4f} | "
+                                 f"{theirs:.4f} | {100 * (ours - theirs) / theirs:+.3f}% |")
     return "\n".join(lines)
 
 
