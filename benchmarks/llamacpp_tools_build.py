@@ -2,7 +2,7 @@
 """Builds llama.cpp's `llama-imatrix`, `llama-quantize` and `llama-perplexity` from the same vendored
 source and flags as `llamaserver_build.py` (into the same build folder, so the libraries are shared):
 the references the imatrix and importance-weighted quantization tests and docs/quantization.md
-compare against; and `llama-bench` (`ensure_llama_bench`), built only when a speed comparison asks.
+compare against.
 
     python benchmarks/llamacpp_tools_build.py       # prints the folder holding the binaries
 """
@@ -17,18 +17,11 @@ from llamaserver_build import build_llamacpp_targets
 TOOLS = ["llama-imatrix", "llama-quantize", "llama-perplexity"]
 
 
-FLAGS = [*CMAKE_ARGS.split(), "-DLLAMA_CURL=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
-         "-DLLAMA_BUILD_SERVER=ON"]
-
-
 def ensure_llamacpp_tools(jobs: int = 2) -> Path:
     """The folder holding TOOLS, compiling them first when missing (several minutes)."""
-    return build_llamacpp_targets(ROOT / "build", FLAGS, TOOLS, jobs)
-
-
-def ensure_llama_bench(jobs: int = 2) -> Path:
-    """The folder holding `llama-bench` (same build folder, source and flags as TOOLS)."""
-    return build_llamacpp_targets(ROOT / "build", FLAGS, ["llama-bench"], jobs, nice=True)
+    flags = [*CMAKE_ARGS.split(), "-DLLAMA_CURL=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
+             "-DLLAMA_BUILD_SERVER=ON"]
+    return build_llamacpp_targets(ROOT / "build", flags, TOOLS, jobs)
 
 
 if __name__ == "__main__":
