@@ -16,8 +16,9 @@ importance matrix, each file scored by `localllm perplexity` and by llama.cpp's 
   imatrix for the presets of --verify, and the two files are compared (whole file with `cmp`, and
   tensor by tensor). Where they differ, llama-perplexity also scores llama.cpp's own file.
 * Evaluation: perplexity at c=512 over the whole of /work/shared/corpus/gpl-3.txt, both tools with
-  the same threads, on the same file. IQ3_XXS and IQ2_XS refuse to quantize without an imatrix
-  (both tools): those rows record the refusal.
+  the same threads, on the same file. Without an imatrix both tools refuse IQ2_XS / IQ3_XXS where
+  some tensor would get that type (those rows record the refusal); where every such tensor falls
+  back to another type, both accept and the row is measured.
 
 Rows are appended to the JSON file (--out) as they finish, and a rerun skips the rows already
 there (quantized files and imatrices are kept in --work), so a partial run is not lost.
