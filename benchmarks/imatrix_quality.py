@@ -197,6 +197,51 @@ def table(data: dict) -> str:
     return "\n".join(lines)
 
 
+def ensure_imatrix(key: str, src: Path, calib: Path, work: Path, args, data: dict, out_path: Path) -> Path:
+    """The model's imatrix from the calibration text, collected once and kept in `work`."""
+    im = work / f"imatrix-{key}.gguf"
+    if not im.exists():
+        t0 = time.perf_counter()
+        r = localllm("imatrix", "-m", str(src), "-f", str(calib), "-o", str(im), "-c", "512", "--chunks",
+                     str(args.chunks), "-t", str(args.threads), "-q")
+        data["imatrices"][key] = {"source": src.name, "chunks": args.chunks,
+                                  "seconds": round(time.perf_counter() - t0, 1),
+                                  "log": (r.stdout + r.stderr).strip().splitlines()[-2:]}
+        save(out_path, data)
+        print(f"{MODELS[key][1]}: imatrix {data['imatrices'][key]}", flush=True)
+    return im
+
+
+def measure_row(key: str, src: Path, preset: str, weighted: bool, im: Path, work: Path, bin_dir: Path,
+                args) -> dict:
+    """One table row: the file quantized once by localllm, then both perplexity tools on it."""
+    row = {"model": key, "source": src.name, "preset": preset, "imatrix": weighted}
+    if not weighted and preset in NEEDS_IMATRIX:
+        # Refused where some tensor gets a type that needs one; where every such tensor
+        # falls back to another type (rows not a multiple of 256), both tools accept.
+        row.update(refusals(bin_dir, src, work, preset))
+        row["refused"] = row["localllm_refuses"]
+    if row.get("refused"):
+        return row
+    out = work / f"{key}-{preset}{'-imatrix' if weighted else ''}.gguf"
+    t0 = time.perf_counter()
+    localllm("quantize", str(src), str(out), preset, "--allow-requantize", "-q",
+             "-t", str(args.threads), *(["--imatrix", str(im)] if weighted else []))
+    row.update(quantize_seconds=round(time.perf_counter() - t0, 1), bytes=out.stat().st_size,
+               bpw=round(bits_per_weight(out), 4), types=type_counts(out))
+    if weighted and preset in args.verify.split(","):
+        theirs = work / f"llamacpp-{out.name}"
+        row["vs_llama_quantize"] = compare_with_llama_quantize(bin_dir, src, out, theirs, preset, im, args.threads)
+        if row["vs_llama_quantize"]["tensors_differing"]:
+            row["llamacpp_own_file"] = ppl_llamacpp(bin_dir, theirs, args.threads)
+        theirs.unlink()
+    row["localllm"] = ppl_ours(out, args.threads)
+    row["llamacpp"] = ppl_llamacpp(bin_dir, out, args.threads)
+    row["difference_pct"] = round(100 * (row["localllm"]["ppl"] - row["llamacpp"]["ppl"])
+                                  / row["llamacpp"]["ppl"], 4)
+    return row
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default=",".join(MODELS))
@@ -235,46 +280,14 @@ def main() -> None:
     print(f"machine: {data['machine']}; results -> {out_path}", flush=True)
     done = {(r["model"], r["preset"], r["imatrix"]) for r in data["rows"]}
     for key in models:
-        hub_name, label = MODELS[key]
+        hub_name = MODELS[key][0]
         src = hub.pull(hub_name, quiet=True)
-        im = work / f"imatrix-{key}.gguf"
-        if not im.exists():
-            t0 = time.perf_counter()
-            r = localllm("imatrix", "-m", str(src), "-f", str(calib), "-o", str(im), "-c", "512", "--chunks",
-                         str(args.chunks), "-t", str(args.threads), "-q")
-            data["imatrices"][key] = {"source": src.name, "chunks": args.chunks,
-                                      "seconds": round(time.perf_counter() - t0, 1),
-                                      "log": (r.stdout + r.stderr).strip().splitlines()[-2:]}
-            save(out_path, data)
-            print(f"{label}: imatrix {data['imatrices'][key]}", flush=True)
+        im = ensure_imatrix(key, src, calib, work, args, data, out_path)
         for preset in presets:
             for weighted in (False, True):
                 if (key, preset, weighted) in done:
                     continue
-                row = {"model": key, "source": src.name, "preset": preset, "imatrix": weighted}
-                if not weighted and preset in NEEDS_IMATRIX:
-                    # Refused where some tensor gets a type that needs one; where every such tensor
-                    # falls back to another type (rows not a multiple of 256), both tools accept.
-                    row.update(refusals(bin_dir, src, work, preset))
-                    row["refused"] = row["localllm_refuses"]
-                if not row.get("refused"):
-                    out = work / f"{key}-{preset}{'-imatrix' if weighted else ''}.gguf"
-                    t0 = time.perf_counter()
-                    localllm("quantize", str(src), str(out), preset, "--allow-requantize", "-q",
-                             "-t", str(args.threads), *(["--imatrix", str(im)] if weighted else []))
-                    row.update(quantize_seconds=round(time.perf_counter() - t0, 1), bytes=out.stat().st_size,
-                               bpw=round(bits_per_weight(out), 4), types=type_counts(out))
-                    if weighted and preset in args.verify.split(","):
-                        theirs = work / f"llamacpp-{out.name}"
-                        row["vs_llama_quantize"] = compare_with_llama_quantize(
-                            bin_dir, src, out, theirs, preset, im, args.threads)
-                        if row["vs_llama_quantize"]["tensors_differing"]:
-                            row["llamacpp_own_file"] = ppl_llamacpp(bin_dir, theirs, args.threads)
-                        theirs.unlink()
-                    row["localllm"] = ppl_ours(out, args.threads)
-                    row["llamacpp"] = ppl_llamacpp(bin_dir, out, args.threads)
-                    row["difference_pct"] = round(100 * (row["localllm"]["ppl"] - row["llamacpp"]["ppl"])
-                                                  / row["llamacpp"]["ppl"], 4)
+                row = measure_row(key, src, preset, weighted, im, work, bin_dir, args)
                 data["rows"].append(row)
                 save(out_path, data)
                 print(json.dumps(row), flush=True)
