@@ -48,6 +48,7 @@ def main() -> None:
     ap.add_argument("--portable-build", type=Path, default=REPO / "build" / "portable")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--models", nargs="+", choices=MODELS, default=MODELS)
     args = ap.parse_args()
     from machine import cpu_model
 
@@ -58,7 +59,7 @@ def main() -> None:
         best: dict = {}
         loaded = {}
         for _ in range(args.rounds):
-            for model in MODELS:
+            for model in args.models:
                 for name, path in builds.items():
                     figures, loaded[name] = bench(path, model, args.threads)
                     for test, ts in figures.items():
@@ -67,7 +68,7 @@ def main() -> None:
           f"portable = {loaded['portable']} (variant, -march target); best of {args.rounds} rounds")
     print("| model | test | native t/s | portable t/s | portable / native |")
     print("| --- | --- | ---: | ---: | ---: |")
-    for model in MODELS:
+    for model in args.models:
         for test in ("pp512", "tg128"):
             n, p = best[(model, test, "native")], best[(model, test, "portable")]
             print(f"| {model} | {test} | {n:.1f} | {p:.1f} | {p / n:.3f} |")
