@@ -4,9 +4,9 @@ shape; /rerank too), over `LLM.embed` and `LLM.rerank` (localllm.embed).
 An embedding request's job is queued for the engine's step-loop thread, whose step that pools
 its last text wakes the handler (`Embedder.embed_async`); its texts ride in the steps beside any
 generation, so a long embedding request never holds generation up for more than a step.
-Reranking runs on a worker thread; each of its forwards takes the engine's lock on its own. A model that cannot serve the
-request (no pooling, a reranker asked for embeddings, an embedder asked to rerank, an input too
-long without `truncate`) is a 400 naming why.
+Reranking runs on a worker thread; each of its forwards takes the engine's lock on its own. A
+model that cannot serve the request (no pooling, a reranker asked for embeddings, an embedder
+asked to rerank, an input too long without `truncate`) is a 400 naming why.
 """
 from __future__ import annotations
 
