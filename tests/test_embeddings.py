@@ -211,3 +211,31 @@ def test_bad_calls_into_the_encoder_are_clear_errors(tiny_bert):
         llm.embed([[]])
     assert llm.embed([]).shape == (0, 64)
     assert llm.embed(TEXTS[:2]).shape == (2, 64)            # still serving after the refusals
+
+
+def test_embed_async_equals_embed_and_gives_up_without_blocks(tiny_bert, monkeypatch):
+    """The server's path (Embedder.embed_async: the loop thread runs the job, its last step wakes
+    the coroutine) gives LLM.embed's vectors, for short inputs (tokenized on the event loop) and
+    long ones (on a worker thread); a job that gets no KV blocks is cancelled with a clear error
+    after the stall deadline, and the engine serves the next one."""
+    import asyncio
+
+    import localllm.embed as embed_module
+    from localllm.embed import EmbeddingError
+    from localllm.engine.kv_blocks import BlockTable
+    _, gguf = tiny_bert("f32")
+    llm = LLM(str(gguf), n_threads=2, n_ctx=512)
+    for inputs in (TEXTS[:1], TEXTS, TEXTS * 8):
+        want = llm.embed(inputs)
+        got, n_tokens = asyncio.run(llm.embedder.embed_async(inputs))
+        np.testing.assert_allclose(got, want, atol=1e-6)
+        assert n_tokens == sum(len(llm.tokenize(t)) for t in inputs)
+    pool = llm.engine.pool
+    held = BlockTable(pool)
+    held.ensure(pool.num_free * pool.block_size)             # generation holding the whole pool
+    monkeypatch.setattr(embed_module, "_BLOCK_WAIT_S", 0.3)
+    with pytest.raises(EmbeddingError, match="no KV blocks came free"):
+        asyncio.run(llm.embedder.embed_async(TEXTS[:1]))
+    held.free()
+    got, _ = asyncio.run(llm.embedder.embed_async(TEXTS[1:2]))
+    np.testing.assert_allclose(got, llm.embed(TEXTS[1:2]), atol=1e-6)

@@ -1,9 +1,11 @@
 """`localllm serve` with an embedding model and a reranker (tiny random BERTs converted by our
 converter), driven by the real `openai` client's embeddings.create and by HTTP for /v1/rerank;
-every answer equals LLM.embed / LLM.rerank in-process, and transformers' classifier logits.
-Also `localllm embed` (the CLI) and a chat model's server answering embeddings with a 400."""
+every answer equals LLM.embed / LLM.rerank in-process, and transformers' classifier logits; many
+one-text requests at once each get their own vector. Also `localllm embed` (the CLI) and a chat
+model's server answering embeddings with a 400."""
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -67,6 +69,34 @@ def test_openai_embeddings_create(bert):
             r = httpx.post(f"{srv.url}/v1/embeddings", json=bad, timeout=60)
             assert r.status_code == 400 and what in r.text, (bad, r.text)
         assert httpx.get(f"{srv.url}/health").status_code == 200        # still serving
+
+
+def test_concurrent_one_text_requests_each_get_their_vector(bert):
+    """Many one-text requests at once (their jobs share the engine's steps): each answer is
+    LLM.embed of its own text, whatever else rides in the step, bad requests among them included;
+    the float numbers are float32 values written exactly (as json.dumps of tolist writes them)."""
+    _, gguf = bert
+    llm = LLM(str(gguf), n_threads=2, n_ctx=512)
+    texts = [f"{TEXTS[i % len(TEXTS)]} {i}" for i in range(48)]
+    want = llm.embed(texts)
+
+    async def ask_all(url: str) -> list[httpx.Response]:
+        async with httpx.AsyncClient(timeout=120, limits=httpx.Limits(max_connections=64)) as client:
+            calls = [client.post(f"{url}/v1/embeddings", json={"input": t, "encoding_format": "float"}) for t in texts]
+            calls += [client.post(f"{url}/v1/embeddings", json={"input": "word " * 200}) for _ in range(4)]
+            return await asyncio.gather(*calls)
+
+    with LiveServer(gguf, "-c", "512") as srv:
+        for _ in range(2):
+            answers = asyncio.run(ask_all(srv.url))
+            for text, r, row in zip(texts, answers, want):
+                assert r.status_code == 200, r.text
+                got = r.json()["data"][0]["embedding"]
+                np.testing.assert_allclose(got, row, atol=1e-6, err_msg=text)
+                wide = np.array(got, np.float64)
+                assert (wide.astype(np.float32).astype(np.float64) == wide).all()
+            for r in answers[len(texts):]:
+                assert r.status_code == 400 and "more than the 128 this model takes" in r.json()["error"]["message"]
 
 
 def test_rerank_over_http(reranker):

@@ -17,12 +17,14 @@ overridden per call.
 """
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .engine.aio import embedding_finished
 from .engine.embedding_jobs import EmbeddingJob
 
 if TYPE_CHECKING:
@@ -34,6 +36,7 @@ __all__ = ["POOLING_TYPES", "Embedder", "EmbeddingError"]
 POOLING_TYPES = {"none": 0, "mean": 1, "cls": 2, "last": 3, "rank": 4}
 _POOLING_NAMES = {v: k for k, v in POOLING_TYPES.items()}
 _BLOCK_WAIT_S = 60.0     # how long embeddings wait, without progress, for KV blocks generation holds
+_LOOP_TOKENIZE_CHARS = 1024   # embed_async tokenizes inputs up to this size on the event loop (~0.1 ms)
 
 
 class EmbeddingError(ValueError):
@@ -117,18 +120,27 @@ class Embedder:
         return ids, types
 
     # ---- forwards (through the engine's steps) ----
+    def _job(self, seqs: Sequence[list[int]], pooling: str, types: Sequence[list[int]] | None = None) -> EmbeddingJob:
+        pool = self._llm.engine.pool
+        for i, s in enumerate(seqs):
+            if -(-len(s) // pool.block_size) > pool.capacity:
+                raise EmbeddingError(f"input {i} needs more KV blocks than the pool has ({pool.capacity}); "
+                                     f"raise n_ctx")
+        return EmbeddingJob([list(s) for s in seqs], "cls" if pooling == "rank" else pooling,
+                            np.empty((len(seqs), self.n_embd), np.float32), None if types is None else list(types))
+
+    def _stalled(self, job: EmbeddingJob) -> EmbeddingError:
+        """Cancel a job that waited _BLOCK_WAIT_S without progress; the error to raise."""
+        self._llm.engine.embeddings.cancel(job, EmbeddingError("gave up waiting for KV blocks"))
+        return EmbeddingError(f"no KV blocks came free for this input in {_BLOCK_WAIT_S:.0f} s "
+                              f"(generation holds the pool)")
+
     def hidden(self, seqs: Sequence[list[int]], pooling: str,
                types: Sequence[list[int]] | None = None) -> np.ndarray:
         """The pooled final hidden state of each sequence, float32 [n, n_embd]: one job the
         engine's steps run (engine/embedding_jobs.py), beside any generation."""
         engine = self._llm.engine
-        pool = engine.pool
-        for i, s in enumerate(seqs):
-            if -(-len(s) // pool.block_size) > pool.capacity:
-                raise EmbeddingError(f"input {i} needs more KV blocks than the pool has ({pool.capacity}); "
-                                     f"raise n_ctx")
-        job = EmbeddingJob([list(s) for s in seqs], "cls" if pooling == "rank" else pooling,
-                           np.empty((len(seqs), self.n_embd), np.float32), None if types is None else list(types))
+        job = self._job(seqs, pooling, types)
         if not seqs:
             return job.out
         loop = engine.loop_running               # else this thread steps the engine itself
@@ -141,17 +153,14 @@ class Embedder:
             if (job.next, job.pos) != seen:
                 seen, deadline = (job.next, job.pos), time.monotonic() + _BLOCK_WAIT_S
             elif time.monotonic() > deadline and not job.done.is_set():
-                engine.embeddings.cancel(job, EmbeddingError("gave up waiting for KV blocks"))
-                raise EmbeddingError(f"no KV blocks came free for this input in {_BLOCK_WAIT_S:.0f} s "
-                                     f"(generation holds the pool)")
+                raise self._stalled(job)
         if job.error is not None:
             raise job.error
         return job.out
 
     # ---- results ----
-    def embed(self, inputs: Sequence[str | Sequence[int]], normalize: bool = True, dimensions: int | None = None,
-              pooling: str | None = None, truncate: bool = False) -> tuple[np.ndarray, int]:
-        """(vectors float32 [n, d], tokens used)."""
+    def _check(self, pooling: str | None, dimensions: int | None) -> str:
+        """The pooling to use; EmbeddingError for a request this model cannot serve."""
         pooling = self.pooling if pooling is None else pooling
         if pooling not in POOLING_TYPES:
             raise EmbeddingError(f"pooling must be one of {', '.join(POOLING_TYPES)}, got {pooling!r}")
@@ -163,14 +172,45 @@ class Embedder:
                                  "pooling mean, cls or last")
         if dimensions is not None and not 1 <= dimensions <= self.n_embd:
             raise EmbeddingError(f"dimensions must be in [1, {self.n_embd}], got {dimensions}")
-        seqs = self.tokenize(inputs, truncate)
-        vectors = self.hidden(seqs, pooling) if seqs else np.zeros((0, self.n_embd), np.float32)
+        return pooling
+
+    @staticmethod
+    def _shaped(vectors: np.ndarray, normalize: bool, dimensions: int | None) -> np.ndarray:
         if dimensions is not None:
             vectors = np.ascontiguousarray(vectors[:, :dimensions])
         if normalize:
             norms = np.linalg.norm(vectors.astype(np.float64), axis=1, keepdims=True)
             vectors = (vectors / np.maximum(norms, 1e-12)).astype(np.float32)
-        return vectors, sum(len(s) for s in seqs)
+        return vectors
+
+    def embed(self, inputs: Sequence[str | Sequence[int]], normalize: bool = True, dimensions: int | None = None,
+              pooling: str | None = None, truncate: bool = False) -> tuple[np.ndarray, int]:
+        """(vectors float32 [n, d], tokens used)."""
+        pooling = self._check(pooling, dimensions)
+        seqs = self.tokenize(inputs, truncate)
+        vectors = self.hidden(seqs, pooling) if seqs else np.zeros((0, self.n_embd), np.float32)
+        return self._shaped(vectors, normalize, dimensions), sum(len(s) for s in seqs)
+
+    async def embed_async(self, inputs: Sequence[str | Sequence[int]], normalize: bool = True,
+                          dimensions: int | None = None, pooling: str | None = None,
+                          truncate: bool = False) -> tuple[np.ndarray, int]:
+        """`embed` for a coroutine (the server): the engine's step-loop thread runs the job and
+        its last step wakes the coroutine; no thread waits in between. Inputs of up to
+        _LOOP_TOKENIZE_CHARS characters (or token ids) in all are tokenized on the event loop
+        (microseconds; a hand-off to a thread and back costs more), longer ones on a worker
+        thread."""
+        pooling = self._check(pooling, dimensions)
+        if sum(len(x) if isinstance(x, str) else len(x) for x in inputs) <= _LOOP_TOKENIZE_CHARS:
+            seqs = self.tokenize(inputs, truncate)
+        else:
+            seqs = await asyncio.to_thread(self.tokenize, inputs, truncate)
+        job = self._job(seqs, pooling)
+        if seqs:
+            if not await embedding_finished(self._llm.engine, job, _BLOCK_WAIT_S):
+                raise self._stalled(job)
+            if job.error is not None:
+                raise job.error
+        return self._shaped(job.out, normalize, dimensions), sum(len(s) for s in seqs)
 
     def _classifier(self) -> tuple[np.ndarray, ...]:
         if self._head is None:

@@ -13,6 +13,9 @@ lock or waiting for a step.
 Leaving the `async with` block (done, an exception, or the task cancelled because the client
 went away) aborts every request of the group that has not finished; the engine frees their
 blocks at its next step.
+
+An embedding job is awaited the same way (`embedding_finished`): the step that pools its last
+sequence wakes the coroutine, with no thread waiting on the job in between.
 """
 from __future__ import annotations
 
@@ -23,9 +26,10 @@ from collections import deque
 from typing import AsyncIterator, Optional
 
 from .core import Engine, RequestOutput
+from .embedding_jobs import EmbeddingJob
 from .requests import EngineRequest
 
-__all__ = ["RequestGroup"]
+__all__ = ["RequestGroup", "embedding_finished"]
 
 
 class _Dispatcher:
@@ -124,3 +128,39 @@ class RequestGroup:
 
     async def __aexit__(self, *exc) -> None:
         self.abort()
+
+
+async def embedding_finished(engine: Engine, job: EmbeddingJob, stall_s: float) -> bool:
+    """Queue the job for the engine's step-loop thread and wait until its last sequence is pooled
+    (or its step failed: job.error): True. False when it made no progress (generation holding
+    the KV pool) for stall_s to 2 x stall_s; the caller then cancels it. The job is cancelled if
+    this coroutine is (its client went away)."""
+    loop = asyncio.get_running_loop()
+    finished = loop.create_future()
+
+    def resolve() -> None:                      # event loop
+        if not finished.done():
+            finished.set_result(None)
+
+    def wake() -> None:                         # the thread that ran the job's last step
+        try:
+            loop.call_soon_threadsafe(resolve)
+        except RuntimeError:                    # the loop is closed: nobody waits any more
+            pass
+
+    job.on_done = wake
+    engine.submit_embedding(job)
+    engine.start()
+    try:
+        seen = (job.next, job.pos)
+        while not finished.done():
+            await asyncio.wait((finished,), timeout=stall_s)
+            if not finished.done():
+                if (job.next, job.pos) == seen:
+                    return False
+                seen = (job.next, job.pos)
+        return True
+    except BaseException:
+        if not job.done.is_set():
+            engine.embeddings.cancel(job, RuntimeError("cancelled: its caller went away"))
+        raise

@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -26,7 +26,9 @@ __all__ = ["EmbeddingJob", "EmbeddingBatch", "EmbeddingQueue", "padded_tables"]
 
 @dataclass
 class EmbeddingJob:
-    """Sequences to run and pool; `out` [n, n_embd] is complete once `done` is set."""
+    """Sequences to run and pool; `out` [n, n_embd] is complete once `done` is set, when
+    `on_done` (if given) is called too, on the thread that ran the step: an asyncio waiter's
+    wake-up (engine/aio.py), which must not raise."""
     seqs: list[list[int]]
     pooling: str                              # mean, cls, last (rank pools the first row)
     out: np.ndarray
@@ -38,6 +40,12 @@ class EmbeddingJob:
     error: Optional[BaseException] = None
     done: threading.Event = field(default_factory=threading.Event)
     sums: Optional[np.ndarray] = None         # mean pooling's running sums (float64)
+    on_done: Optional[Callable[[], None]] = None
+
+    def complete(self) -> None:
+        self.done.set()
+        if self.on_done is not None:
+            self.on_done()
 
 
 @dataclass
@@ -100,7 +108,7 @@ class EmbeddingBatch:
                 c.table.free()
                 job.finished += 1
                 if job.finished == len(job.seqs):
-                    job.done.set()
+                    job.complete()
 
     def fail(self, error: BaseException) -> None:
         for c in self.chunks:
@@ -108,7 +116,7 @@ class EmbeddingBatch:
             if c.job.table is c.table:
                 c.job.table = None
             c.job.error = error
-            c.job.done.set()
+            c.job.complete()
 
 
 class EmbeddingQueue:

@@ -15,7 +15,7 @@ import hmac
 import json
 import logging
 import threading
-from typing import Any, AsyncIterator, Callable, Optional, Union
+from typing import Any, AsyncIterator, Awaitable, Callable, Optional, Union
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
@@ -147,8 +147,13 @@ async def _body(request: Request, model: type[BaseModel]) -> Any:
 async def _user_call(fn, *args, param: Union[str, Callable[[str], str], None] = None):
     """Run fn on a worker thread (tokenizing, templating); its ValueError/TypeError is the
     request's fault: 400 with its message, naming param (or the field param(message) names)."""
+    return await _user_await(run_in_threadpool(fn, *args), param)
+
+
+async def _user_await(work: Awaitable, param: Union[str, Callable[[str], str], None] = None):
+    """Await work whose ValueError/TypeError is the request's fault, as `_user_call`'s."""
     try:
-        return await run_in_threadpool(fn, *args)
+        return await work
     except (ValueError, TypeError, ChatTemplateError) as e:
         raise bad_request(str(e), param=param(str(e)) if callable(param) else param) from None
 

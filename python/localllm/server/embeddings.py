@@ -1,10 +1,12 @@
 """POST /v1/embeddings (OpenAI's shape) and POST /v1/rerank (llama-server's and the Jina/Cohere
 shape; /rerank too), over `LLM.embed` and `LLM.rerank` (localllm.embed).
 
-Embedding work runs on a worker thread; each of its forwards takes the engine's lock on its own,
-so generation steps interleave with a long embedding request. A model that cannot serve the
-request (no pooling, a reranker asked for embeddings, an embedder asked to rerank, an input too
-long without `truncate`) is a 400 naming why.
+An embedding request's job is queued for the engine's step-loop thread, whose step that pools
+its last text wakes the handler (`Embedder.embed_async`); its texts ride in the steps beside any
+generation, so a long embedding request never holds generation up for more than a step.
+Reranking runs on a worker thread; each of its forwards takes the engine's lock on its own. A
+model that cannot serve the request (no pooling, a reranker asked for embeddings, an embedder
+asked to rerank, an input too long without `truncate`) is a 400 naming why.
 """
 from __future__ import annotations
 
@@ -12,11 +14,12 @@ import base64
 from typing import Annotated, Literal, Optional, Union
 
 import numpy as np
+import orjson
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import Response
 from pydantic import Field, StrictBool, StrictInt, StrictStr
 
-from .errors import bad_request
+from .errors import APIError, bad_request
 from .protocol import TokenIds, _Body
 from .state import ServerState
 
@@ -57,17 +60,27 @@ class RerankRequest(_Body):
         return [d if isinstance(d, str) else d.text for d in self.documents]
 
 
-def _encode(vector: np.ndarray, encoding: str) -> Union[list[float], str]:
+def _encode(vector: np.ndarray, encoding: str) -> Union[np.ndarray, str]:
     if encoding == "base64":   # little-endian float32, as OpenAI's client decodes it
         return base64.b64encode(vector.astype("<f4").tobytes()).decode("ascii")
-    return vector.tolist()
+    return vector
+
+
+def _embeddings_response(content: dict, vectors: np.ndarray) -> Response:
+    """The body, written by orjson: float vectors go as float64 arrays, so the numbers are the
+    shortest that read back as the same doubles, as json.dumps(vector.tolist()) writes them, at a
+    twentieth of its CPU (one vector of 384: 12 us against 239 us; 64 of them: 0.5 ms against
+    15 ms, 2026-12-06)."""
+    if not np.isfinite(vectors).all():     # orjson would write null where json refuses NaN
+        raise APIError(500, "the model produced a vector that is not finite (NaN or infinity)")
+    return Response(orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY), media_type="application/json")
 
 
 def add_embedding_routes(app: FastAPI, state: ServerState, auth: list) -> None:
-    from .app import _body, _user_call   # app.py registers these routes after defining its helpers
+    from .app import _body, _user_await, _user_call   # app.py registers these routes after defining its helpers
 
     @app.post("/v1/embeddings", dependencies=auth)
-    async def embeddings(request: Request) -> JSONResponse:
+    async def embeddings(request: Request) -> Response:
         llm = state.ready()
         body = await _body(request, EmbeddingRequest)
         state.check_model(body.model)
@@ -79,16 +92,17 @@ def add_embedding_routes(app: FastAPI, state: ServerState, auth: list) -> None:
         for i, item in enumerate(inputs):
             if isinstance(item, str):
                 state.config.limits.check_text(item, f"input[{i}]", llm.n_ctx)
-        vectors, n_tokens = await _user_call(
-            lambda: llm.embedder.embed(inputs, True, body.dimensions, None, body.truncate), param="input")
-        # A JSONResponse, not a dict: FastAPI would walk a returned dict's every float through
+        vectors, n_tokens = await _user_await(
+            llm.embedder.embed_async(inputs, True, body.dimensions, None, body.truncate), param="input")
+        # A Response, not a dict: FastAPI would walk a returned dict's every float through
         # jsonable_encoder first, which cost more CPU than the serialization itself (64 vectors of
         # 384: 27 ms beside json.dumps's 16.5 ms, 2026-12-06).
-        return JSONResponse({"object": "list", "model": state.model_id,
-                             "data": [{"object": "embedding", "index": i,
-                                       "embedding": _encode(v, body.encoding_format)}
-                                      for i, v in enumerate(vectors)],
-                             "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens}})
+        wide = vectors.astype(np.float64) if body.encoding_format == "float" else vectors
+        return _embeddings_response({"object": "list", "model": state.model_id,
+                                     "data": [{"object": "embedding", "index": i,
+                                               "embedding": _encode(v, body.encoding_format)}
+                                              for i, v in enumerate(wide)],
+                                     "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens}}, vectors)
 
     async def rerank(request: Request) -> dict:
         llm = state.ready()

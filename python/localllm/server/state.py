@@ -76,13 +76,18 @@ class ServerState:
         self.inflight: set[InFlight] = set()
         self.draining = False
         self._ids = itertools.count(1)
+        self._model_id: Optional[str] = None
         if llm is not None:
             llm.requests.chat_parse_special = config.chat_parse_special
 
     @property
     def model_id(self) -> str:
-        path = self.llm.model_path if self.llm is not None else Path(self.config.model or "model")
-        return Path(path).stem
+        # Named once the model is in: the Path work cost ~40 us of every request (2026-12-06).
+        if self._model_id is None:
+            if self.llm is None:
+                return Path(self.config.model or "model").stem
+            self._model_id = Path(self.llm.model_path).stem
+        return self._model_id
 
     def ready(self) -> LLM:
         if self.llm is None:
