@@ -45,9 +45,10 @@ inline __m128 hsum8x4(__m256 a, __m256 b, __m256 c, __m256 d) {
 }
 
 // 16 bytes of nibbles -> 32 bytes: low nibbles (elements 0..15), then high nibbles (16..31).
+// The 16 bytes are loaded into both halves (a load, no shuffle) and the upper half shifted.
 inline __m256i unpack_nibbles_16(const uint8_t* p) {
-    const __m128i b = _mm_loadu_si128((const __m128i*)p);
-    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(b, 4), b), _mm256_set1_epi8(0x0F));
+    const __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)p));
+    return _mm256_and_si256(_mm256_srlv_epi64(b, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0F));
 }
 
 // A weight block's quants and scales. Signed quants keep |q| beside q: vpmaddubsw needs an
