@@ -116,12 +116,12 @@ def test_matmul_tiles_equal_the_vec_dot(t):
 
 @pytest.mark.parametrize("t", TYPES, ids=lambda t: t.name)
 def test_prompt_units_equal_the_scalar_reference(t):
-    """Prompts (8+ activation rows a unit: dot_avx2_iq.cpp's IqPanel, 8-row panels decoded once a
+    """Prompts (5+ activation rows a unit: dot_avx2_iq.cpp's IqPanel, 8-row panels decoded once a
     super-block, units of up to 256 activation rows) give the scalar reference's bits: weight rows
-    ending inside a panel and a run (N = 37, 5), 1-3 super-blocks, 8, 40 and 300 activation rows
+    ending inside a panel and a run (N = 37, 5), 1-3 super-blocks, 5, 40 and 300 activation rows
     (a second unit of 44), 1-3 threads."""
     rng = np.random.default_rng(300 + int(t))
-    for n, k, m in ((37, 768, 40), (5, 256, 8), (37, 512, 300)):
+    for n, k, m in ((37, 768, 40), (5, 256, 5), (37, 512, 300)):
         w = random_blocks(t, n * k // 256, rng).reshape(n, -1)
         x = rng.standard_normal((m, k)).astype(np.float32)
         ref = np.asarray(_harness.matmul(w, int(t), n, k, x, 2, 0))
