@@ -2,7 +2,8 @@
 // Scalar references: dot_scalar.cpp.
 //
 // Q4_0 ... Q8_0 and Q4_K, Q5_K, Q6_K are block-sequential (bseq.h, bseq_avx2.cpp); IQ4_NL blocks
-// go one block (32 quants = one ymm) per step. Signed x signed byte products use
+// go one block (32 quants = one ymm) per step, and prompts through IQ4NLPanel, a unit kernel of
+// the same float operations (dot_avx2_panel.h). Signed x signed byte products use
 // the vpsignb trick (|w| x sign(y, w), then vpmaddubsw: |w| <= 128 and |y| <= 127 keep the
 // int16 pair sums below 32767) and vpmaddwd with ones to int32; the 8 lanes are converted and
 // accumulated with the block's scale product in one FMA. K-quants multiply the int16 pair sums
