@@ -57,8 +57,9 @@ def make_weight_tile(t: T, rows: int, k: int, rng: np.random.Generator) -> np.nd
         else:
             raw[:, size - 2:] = d[:, :2]
         return raw.reshape(rows, -1)
-    if t in IQ_LOWBIT:
-        raw = rng.integers(0, 256, size=(rows * k // 256, GGML_QUANT_SIZES[t][1]), dtype=np.uint8)
+    if t in IQ_LOWBIT or t == T.IQ4_NL:   # every bit pattern is a block; gguf-py has no quantizer
+        block, size = GGML_QUANT_SIZES[t]
+        raw = rng.integers(0, 256, size=(rows * k // block, size), dtype=np.uint8)
         raw[:, 0:2] = rng.uniform(0.002, 0.05, size=(raw.shape[0], 1)).astype(np.float16).view(np.uint8)
         return raw.reshape(rows, -1)
     w = (rng.standard_normal((rows, k)) * 0.05).astype(np.float32)

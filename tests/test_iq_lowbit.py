@@ -114,6 +114,23 @@ def test_matmul_tiles_equal_the_vec_dot(t):
         assert np.array_equal(np.asarray(_harness.matmul(w, int(t), n, k, x[3:4], 1, isa)), y[3:4])
 
 
+@pytest.mark.parametrize("t", TYPES, ids=lambda t: t.name)
+def test_prompt_units_equal_the_scalar_reference(t):
+    """Prompts (5+ activation rows a unit: dot_avx2_iq.cpp's IqPanel, 8-row panels decoded once a
+    super-block, units of up to 256 activation rows) give the scalar reference's bits: weight rows
+    ending inside a panel and a run (N = 37, 5), 1-3 super-blocks, 5, 40 and 300 activation rows
+    (a second unit of 44), 1-3 threads."""
+    rng = np.random.default_rng(300 + int(t))
+    for n, k, m in ((37, 768, 40), (5, 256, 5), (37, 512, 300)):
+        w = random_blocks(t, n * k // 256, rng).reshape(n, -1)
+        x = rng.standard_normal((m, k)).astype(np.float32)
+        ref = np.asarray(_harness.matmul(w, int(t), n, k, x, 2, 0))
+        for isa in ISAS[1:]:
+            for threads in (1, 2, 3):
+                y = np.asarray(_harness.matmul(w, int(t), n, k, x, threads, isa))
+                assert np.array_equal(y.view(np.uint32), ref.view(np.uint32)), (t.name, isa, n, k, m, threads)
+
+
 def test_needs_importance_is_refused_with_a_clear_error():
     x = np.random.default_rng(0).standard_normal(512).astype(np.float32)
     for t in NO_UNWEIGHTED:

@@ -501,6 +501,33 @@ def test_float_batches_keep_the_bits_of_one_row(t: T) -> None:
                 assert np.array_equal(dots, full[i]), f"{_core.isa_name(isa)} K={k} row {i}"
 
 
+def test_iq4_nl_prompts_keep_the_bits_of_decode() -> None:
+    """IQ4_NL prompts (5+ activation rows a unit: dot_avx2.cpp's IQ4NLPanel, 8-row panels in
+    chunks of 8 blocks, units of up to 256 activation rows) give each row the bits decode gives it
+    (one activation row: the 2 x 1 tiles) and vec_dot, and stay within the float64 bound: weight
+    rows ending inside a panel and a run (N = 45, 7), K of 1, 13 and 28 blocks (chunks cut and
+    uncut), 5 rows (the fewest a unit takes), 70, and 300 (a second unit of 44 rows), 1-3
+    threads."""
+    t = T.IQ4_NL
+    rng = np.random.default_rng(500)
+    for n, k, m in ((45, 416, 70), (7, 32, 5), (45, 896, 300)):
+        w = make_weights(t, n, k, rng)
+        wd = dequant_weights(w, t, k)
+        x = make_acts(m, k, rng)
+        for isa in ISAS:
+            full = _harness.matmul(w, int(t), n, k, x, 2, isa)
+            for threads in (1, 3):
+                assert np.array_equal(_harness.matmul(w, int(t), n, k, x, threads, isa), full)
+            for i in sorted({0, 1, m // 2, m - 1}):
+                one = _harness.matmul(w, int(t), n, k, x[i:i + 1], 2, isa)
+                assert np.array_equal(one[0], full[i]), f"{_core.isa_name(isa)} N={n} K={k} M={m} row {i}"
+                xq = _harness.quantize_act(x[i], int(T.Q8_0), isa)
+                dots = np.array([_harness.vec_dot(int(t), w[j], xq, k, isa) for j in range(n)], np.float32)
+                assert np.array_equal(dots, full[i]), f"{_core.isa_name(isa)} N={n} K={k} row {i} vs vec_dot"
+                xd = dequant_act(xq.tobytes(), T.Q8_0, k)
+                assert np.all(np.abs(full[i] - wd @ xd) <= 1e-5 * (np.abs(wd) @ np.abs(xd))), f"row {i}"
+
+
 # ---------------------------------------------------------------------------------------------
 # (f) bad input
 # ---------------------------------------------------------------------------------------------

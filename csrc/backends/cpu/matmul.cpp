@@ -4,7 +4,9 @@
 // kept hot in L2) by one run of kTileRun weight rows go to the threads from a shared counter, so
 // a thread slowed by other work on the machine leaves its runs to the others. Inside a unit the
 // run is walked in tiles of R weight rows x C activation rows (the kernel set's largest tile;
-// edges use smaller tiles). Every tile computes each (m, n) pair with the same operations as the
+// edges use smaller tiles), or, where the kernel set has a unit kernel (AVX2 IQ4_NL and low-bit
+// i-quants) and the unit enough activation rows, by that kernel at once (kUnitActBlock rows a
+// unit). Every tile and unit kernel computes each (m, n) pair with the same operations as the
 // 1 x 1 kernel, so Y[m, n] is independent of M, of m's position, of the tile shape, of the thread
 // count and of the matrices that share the region.
 #include "backends/cpu/matmul.h"
@@ -27,6 +29,9 @@ namespace {
 
 constexpr int64_t kRowAlign = 16;     // fewer than twice this many weight rows: one thread
 constexpr int64_t kActBlock = 64;     // activation rows kept hot while weight runs stream past
+// A unit kernel (KernelSet::unit) streams its activation rows a chunk of K at a time against
+// weights it unpacked once, so it takes more rows per unit to spread the unpacking.
+constexpr int64_t kUnitActBlock = 256;
 constexpr int64_t kSerialWork = 1 << 15;   // below this many weight elements x rows: one thread
 
 const TypeTraits& traits_or_throw(GGMLType t, const char* what) {
@@ -187,12 +192,17 @@ struct TileJob {
 // Y[m, n0..n1) (+ bias) of one job for activation rows [m0, m1).
 void tile_unit(const kern::KernelSet& ks, const TileJob& J, int64_t K, const uint8_t* x, int64_t xrb, int64_t M,
                int64_t n0, int64_t n1, int64_t m0, int64_t m1) {
-    const int64_t R = M == 1 ? ks.decode_r : ks.max_r, C = ks.max_c;
-    for (int64_t n = n0; n < n1; n += R) {
-        const int64_t r = std::min(R, n1 - n);
-        for (int64_t m = m0; m < m1; m += C)
-            ks.tile[r - 1][std::min(C, m1 - m) - 1](K, J.w + n * J.wrb, (size_t)J.wrb, x + m * xrb, (size_t)xrb,
-                                                    J.Y + m * J.ldy + n, J.ldy);
+    if (ks.unit && m1 - m0 >= ks.unit_min_rows) {
+        ks.unit(K, J.w + n0 * J.wrb, (size_t)J.wrb, n1 - n0, x + m0 * xrb, (size_t)xrb, m1 - m0,
+                J.Y + m0 * J.ldy + n0, J.ldy);
+    } else {
+        const int64_t R = M == 1 ? ks.decode_r : ks.max_r, C = ks.max_c;
+        for (int64_t n = n0; n < n1; n += R) {
+            const int64_t r = std::min(R, n1 - n);
+            for (int64_t m = m0; m < m1; m += C)
+                ks.tile[r - 1][std::min(C, m1 - m) - 1](K, J.w + n * J.wrb, (size_t)J.wrb, x + m * xrb, (size_t)xrb,
+                                                        J.Y + m * J.ldy + n, J.ldy);
+        }
     }
     if (J.bias)   // the same float additions add_bias_rows makes after a matmul
         for (int64_t m = m0; m < m1; ++m)
@@ -208,11 +218,12 @@ void matmul_tile_jobs(ThreadPool& pool, const kern::KernelSet& ks, const TileJob
         first_run[j + 1] = first_run[j] + (jobs[j].N + kTileRun - 1) / kTileRun;
         rows += jobs[j].N;
     }
-    const int64_t runs = first_run[n_jobs], units = (M + kActBlock - 1) / kActBlock * runs;
+    const int64_t act_block = ks.unit ? kUnitActBlock : kActBlock;
+    const int64_t runs = first_run[n_jobs], units = (M + act_block - 1) / act_block * runs;
     std::atomic<int64_t> next_unit{0};
     run_maybe_parallel(pool, rows * K * M >= kSerialWork && rows >= 2 * kRowAlign, [&](int, int) {
         for (int64_t u = next_unit.fetch_add(1); u < units; u = next_unit.fetch_add(1)) {
-            const int64_t run = u % runs, m0 = u / runs * kActBlock, m1 = std::min(M, m0 + kActBlock);
+            const int64_t run = u % runs, m0 = u / runs * act_block, m1 = std::min(M, m0 + act_block);
             int j = 0;
             while (first_run[j + 1] <= run) ++j;
             const int64_t n0 = (run - first_run[j]) * kTileRun, n1 = std::min(jobs[j].N, n0 + kTileRun);

@@ -64,12 +64,24 @@ constexpr int kMaxTile = 6;   // largest R and C of a tile kernel
 typedef void (*TileFn)(int64_t k, const uint8_t* w, size_t w_stride, const uint8_t* x,
                        size_t x_stride, float* y, int64_t ldy);
 
+// Y[c * ldy + r] = dot(weight row r, activation row c) for r < n, c < m, any n and m: a whole
+// matmul unit at once.
+typedef void (*UnitFn)(int64_t k, const uint8_t* w, size_t w_stride, int64_t n, const uint8_t* x,
+                       size_t x_stride, int64_t m, float* y, int64_t ldy);
+
 struct KernelSet {
     Isa isa;                               // level these kernels are written for
     VecDotFn vec_dot;                      // the 1 x 1 case with the plain VecDotFn signature
     int max_r, max_c;                      // largest tile provided (used for M > 1)
     int decode_r;                          // weight rows per tile when M == 1 (<= max_r)
     TileFn tile[kMaxTile][kMaxTile];       // tile[R-1][C-1]; set for R <= max_r, C <= max_c
+    // Optional (null in most sets): a unit kernel that unpacks its weight rows once into a layout
+    // no tile can keep in registers and runs every activation row against it, each pair through
+    // exactly the float operations of the tiles (so the same bits). It pays only when there are
+    // enough activation rows to spread the unpacking over: matmul runs it for units of at least
+    // unit_min_rows rows, the tiles for smaller ones.
+    UnitFn unit;
+    int unit_min_rows;
 };
 
 // The kernel sets, one function per (level, weight type), defined in that level's file
