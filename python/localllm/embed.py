@@ -200,7 +200,7 @@ class Embedder:
         (microseconds; a hand-off to a thread and back costs more), longer ones on a worker
         thread."""
         pooling = self._check(pooling, dimensions)
-        if sum(len(x) if isinstance(x, str) else len(x) for x in inputs) <= _LOOP_TOKENIZE_CHARS:
+        if sum(len(x) for x in inputs) <= _LOOP_TOKENIZE_CHARS:
             seqs = self.tokenize(inputs, truncate)
         else:
             seqs = await asyncio.to_thread(self.tokenize, inputs, truncate)
