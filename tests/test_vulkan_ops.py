@@ -138,7 +138,7 @@ def test_linear_matches_cpu(device, name):
 
 
 # The integer-dot kernel's types; for the 32-element ones the CPU's activations are q8_0/q8_1 too.
-INT8_TYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL", "Q4_K", "Q5_K", "Q6_K"]
+INT8_TYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL", "IQ4_XS", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]
 
 
 @pytest.mark.parametrize("name", INT8_TYPES)
@@ -170,9 +170,9 @@ def test_linear_int8_matches_the_cpu_quantized_matmul(device, name):
 
 
 def test_linear_int8_names_what_it_cannot_do(device):
-    w = quantized_weights(np.random.default_rng(1), TYPES["Q3_K"], 2, 256)
-    with pytest.raises(ValueError, match="no integer-dot kernel for Q3_K"):
-        _harness.vulkan_linear(w, TYPES["Q3_K"], 2, 256, np.zeros((1, 256), np.float32), kernel="matvec_int8",
+    w = quantized_weights(np.random.default_rng(1), TYPES["F16"], 2, 256)
+    with pytest.raises(ValueError, match="no integer-dot kernel for F16"):
+        _harness.vulkan_linear(w, TYPES["F16"], 2, 256, np.zeros((1, 256), np.float32), kernel="matvec_int8",
                                device=device)
     w = quantized_weights(np.random.default_rng(1), TYPES["Q4_0"], 2, 64)
     with pytest.raises(ValueError, match="at most 4 tokens"):

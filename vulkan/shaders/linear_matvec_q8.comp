@@ -32,6 +32,8 @@ int sdot4(uint a, uint b, spirv_literal int packed_4x8bit);
 
 #include "matvec_sums.glsl"
 
+const uint ONES = 0x01010101u;   // four int8 ones
+
 void main() {
     const uint row0 = flat_group_id() * NUM_ROWS;
     if (row0 >= pc.N) return;   // whole workgroup: uniform
@@ -43,18 +45,29 @@ void main() {
     for (uint b = gl_LocalInvocationID.x; b < blocks; b += gl_WorkGroupSize.x) {
         uvec4 xa[MAX_COLS], xb[MAX_COLS];
         vec2 ds[MAX_COLS];
+#ifdef I8_MIN_PER_16
+        vec2 sx[MAX_COLS];   // each half's sum of qx (its dot with bytes of 1), for the mins per 16
+#endif
         for (uint t = 0u; t < MAX_COLS; ++t)
             if (t < pc.T) {
                 const uint blk = t * blocks + b;
                 xa[t] = xq[2u * blk];
                 xb[t] = xq[2u * blk + 1u];
                 ds[t] = xd[pc.d_base + blk];
+#ifdef I8_MIN_PER_16
+                sx[t] = vec2((sdot4(ONES, xa[t].x, 0) + sdot4(ONES, xa[t].y, 0)) + (sdot4(ONES, xa[t].z, 0) + sdot4(ONES, xa[t].w, 0)),
+                             (sdot4(ONES, xb[t].x, 0) + sdot4(ONES, xb[t].y, 0)) + (sdot4(ONES, xb[t].z, 0) + sdot4(ONES, xb[t].w, 0)));
+#endif
             }
         for (uint r = 0u; r < NUM_ROWS; ++r) {
             if (row0 + r < pc.N) {
                 uint q[8];
                 vec2 dw;
+#ifdef I8_MIN_PER_16
+                vec2 mw;
+#else
                 float mw;
+#endif
                 decode_block_i8((row0 + r) * pc.row_bytes, b, q, dw, mw);
                 for (uint t = 0u; t < MAX_COLS; ++t)
                     if (t < pc.T) {
@@ -62,7 +75,10 @@ void main() {
                                        (sdot4(q[2], xa[t].z, 0) + sdot4(q[3], xa[t].w, 0));
                         const int hi = (sdot4(q[4], xb[t].x, 0) + sdot4(q[5], xb[t].y, 0)) +
                                        (sdot4(q[6], xb[t].z, 0) + sdot4(q[7], xb[t].w, 0));
-#ifdef I8_SCALE_PER_16
+#if defined(I8_MIN_PER_16)
+                        acc[r][t] += ((dw.x * float(lo) + dw.y * float(hi)) + (mw.x * sx[t].x + mw.y * sx[t].y)) *
+                                     ds[t].x;
+#elif defined(I8_SCALE_PER_16)
                         acc[r][t] += (dw.x * float(lo) + dw.y * float(hi)) * ds[t].x + mw * ds[t].y;
 #else
                         acc[r][t] += dw.x * float(lo + hi) * ds[t].x + mw * ds[t].y;

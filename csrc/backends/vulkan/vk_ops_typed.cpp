@@ -44,8 +44,8 @@ const char* type_suffix(uint32_t type) {
 bool int8_kernel_exists(uint32_t type) {
     switch (static_cast<GGMLType>(type)) {
         case GGMLType::Q4_0: case GGMLType::Q4_1: case GGMLType::Q5_0: case GGMLType::Q5_1:
-        case GGMLType::Q8_0: case GGMLType::IQ4_NL: case GGMLType::Q4_K: case GGMLType::Q5_K:
-        case GGMLType::Q6_K: return true;
+        case GGMLType::Q8_0: case GGMLType::IQ4_NL: case GGMLType::IQ4_XS: case GGMLType::Q2_K:
+        case GGMLType::Q3_K: case GGMLType::Q4_K: case GGMLType::Q5_K: case GGMLType::Q6_K: return true;
         default: return false;
     }
 }
