@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -131,7 +132,7 @@ protected:
 
 private:
     vk::Buffer& buf(const void* p, const char* what) { return mem_->whole(p, what); }
-    bool matvec_chunks(int64_t T, int64_t N, int64_t K) const;
+    bool matvec_chunks(const LinearOut* outs, int n, int64_t T) const;
     std::unique_ptr<Buffer> alloc_checked(size_t bytes, MemKind kind, const std::string& what);
     vk::KVLayerView kv_layer(const KVCache& kv, int layer);
     vk::BatchView batch_view(const Batch& b) {
@@ -151,9 +152,10 @@ private:
     };
     std::map<const void*, std::vector<RowWindow>> windows_;
     void place_in_windows(WeightRef* w);
-    void linear_one(const WeightRef& w, vk::Buffer& bw, vk::Buffer& bx, vk::Buffer& by, int64_t T, int64_t N,
-                    vk::OutColumns cols = {});
-    void linear_windows(const WeightRef& w, const std::vector<RowWindow>& ws, vk::Buffer& bx, vk::Buffer& by, int64_t T);
+    std::vector<RowWindow> pieces(const WeightRef& w) const;   // its row windows, or the whole matrix
+    void linear_rows(const WeightRef& w, vk::Buffer& bx, vk::Buffer& by, uint32_t t0, uint32_t rows,
+                     std::optional<vk::Q8Input>& q8);
+    void linear_tiled(const WeightRef& w, vk::Buffer& bx, vk::Buffer& by, int64_t T);
     std::vector<std::unique_ptr<Buffer>> act_;              // one buffer per ActScratch field
     std::unique_ptr<Buffer> logits_, tokens_buf_, positions_buf_, seq_buf_, rope_cs_[2], block_tables_;
     void *positions_ = nullptr, *seq_of_token_ = nullptr;
@@ -282,53 +284,74 @@ void VulkanBackend::begin_batch(const Batch& b) {
 
 // On a CPU implementation (lavapipe) the tiled kernel costs about 7 times the matrix-vector one
 // per token (576x1536 Q4_1: 5 tokens tiled 0.31 s, 4 tokens matrix-vector 0.044 s), so there a
-// batch goes through the matrix-vector kernel kMatVecMaxTokens rows at a time; GPUs take the tiled
-// kernel for batches.
-bool VulkanBackend::matvec_chunks(int64_t T, int64_t N, int64_t K) const {
+// batch goes through the matrix-vector kernel kMatVecMaxTokens rows at a time (where every output's
+// rows can be bound at those offsets); GPUs take the tiled kernel for batches.
+bool VulkanBackend::matvec_chunks(const LinearOut* outs, int n, int64_t T) const {
+    if (T <= vk::kMatVecMaxTokens || mem_->ctx().info().type != "cpu") return false;
     const uint64_t rows = vk::kMatVecMaxTokens * sizeof(float);
-    return T > vk::kMatVecMaxTokens && mem_->ctx().info().type == "cpu" &&
-           mem_->ctx().bindable_offset(rows * (uint64_t)K) && mem_->ctx().bindable_offset(rows * (uint64_t)N);
+    for (int i = 0; i < n; ++i)
+        if (!mem_->ctx().bindable_offset(rows * (uint64_t)outs[i].w->ne0) ||
+            !mem_->ctx().bindable_offset(rows * (uint64_t)outs[i].w->ne1))
+            return false;
+    return true;
 }
 
-void VulkanBackend::linear_one(const WeightRef& w, vk::Buffer& bw, vk::Buffer& bx, vk::Buffer& by, int64_t T,
-                               int64_t rows, vk::OutColumns cols) {
-    const uint32_t N = u32(rows, "rows"), K = u32(w.ne0, "columns"), step = vk::kMatVecMaxTokens;
-    const uint32_t ldy = cols.ldy ? cols.ldy : N;
-    if (matvec_chunks(T, ldy, K)) {
-        for (uint32_t t0 = 0; t0 < (uint32_t)T; t0 += step) {
-            mem_->record();
-            vk::op_linear_rows(mem_->ctx(), (uint32_t)w.type, bw, vk::BufferRange{&bx, (uint64_t)t0 * K * 4},
-                               vk::BufferRange{&by, (uint64_t)t0 * ldy * 4}, std::min<uint32_t>(step, T - t0), N, K,
-                               cols);
-        }
-    } else {
+std::vector<VulkanBackend::RowWindow> VulkanBackend::pieces(const WeightRef& w) const {
+    auto win = windows_.find(w.data);
+    return win != windows_.end() ? win->second : std::vector<RowWindow>{RowWindow{w.data, 0, w.ne1}};
+}
+
+// Tokens [t0, t0 + rows) through the matrix-vector kernel, each piece writing its columns of y. The
+// integer-dot kernel reads x quantized to q8_1: q8 holds it, made here by the first matrix that
+// needs it and reused by the others of the group.
+void VulkanBackend::linear_rows(const WeightRef& w, vk::Buffer& bx, vk::Buffer& by, uint32_t t0, uint32_t rows,
+                                std::optional<vk::Q8Input>& q8) {
+    vk::Context& ctx = mem_->ctx();
+    const uint32_t K = u32(w.ne0, "columns"), N = u32(w.ne1, "rows");
+    const vk::BufferRange x{&bx, (uint64_t)t0 * K * 4}, y{&by, (uint64_t)t0 * N * 4};
+    const bool int8 = vk::use_int8_dot(ctx, (uint32_t)w.type);
+    if (int8 && !q8) {
         mem_->record();
-        vk::op_linear(mem_->ctx(), (uint32_t)w.type, bw, bx, by, u32(T, "tokens"), N, K, vk::LinearKernel::Auto, cols);
+        q8 = vk::op_quantize_q8_1(ctx, x, rows, K);
+    }
+    for (const RowWindow& r : pieces(w)) {
+        mem_->record();
+        vk::op_linear_rows(ctx, (uint32_t)w.type, buf(r.data, w.name.c_str()), x, y, rows, u32(r.rows, "rows"), K,
+                           vk::OutColumns{N, u32(r.row0, "window row")}, int8 ? &*q8 : nullptr);
     }
 }
 
-// Each window writes its rows' outputs straight into their columns of y.
-void VulkanBackend::linear_windows(const WeightRef& w, const std::vector<RowWindow>& ws, vk::Buffer& bx,
-                                   vk::Buffer& by, int64_t T) {
-    for (const RowWindow& r : ws)
-        linear_one(w, buf(r.data, w.name.c_str()), bx, by, T, r.rows,
-                   vk::OutColumns{u32(w.ne1, "rows"), u32(r.row0, "window row")});
+void VulkanBackend::linear_tiled(const WeightRef& w, vk::Buffer& bx, vk::Buffer& by, int64_t T) {
+    const uint32_t K = u32(w.ne0, "columns"), N = u32(w.ne1, "rows");
+    for (const RowWindow& r : pieces(w)) {
+        mem_->record();
+        vk::op_linear(mem_->ctx(), (uint32_t)w.type, buf(r.data, w.name.c_str()), bx, by, u32(T, "tokens"),
+                      u32(r.rows, "rows"), K, vk::LinearKernel::Tiled, vk::OutColumns{N, u32(r.row0, "window row")});
+    }
 }
 
+// The group's matrices read the same x. Decode steps (and every batch on a CPU implementation, a few
+// tokens at a time) take the matrix-vector kernel, with x quantized once per run of tokens for all
+// the matrices that multiply it by integer dot products; GPU batches take the tiled kernel.
 void VulkanBackend::linear_group(const LinearOut* outs, int n, const float* x, int64_t T) {
     vk::Buffer& bx = buf(x, "linear input");
-    for (int i = 0; i < n; ++i) {
-        const WeightRef& w = *outs[i].w;
-        vk::Buffer& by = buf(outs[i].y, "linear output");
-        auto win = windows_.find(w.data);
-        if (win != windows_.end()) linear_windows(w, win->second, bx, by, T);
-        else linear_one(w, buf(w.data, w.name.c_str()), bx, by, T, w.ne1);
-        const WeightRef* bias = outs[i].bias;
-        if (bias && bias->present()) {
-            mem_->record();
-            vk::op_add(mem_->ctx(), by, buf(bias->data, bias->name.c_str()), by, u32(T * w.ne1, "linear output"),
-                       u32(w.ne1, "bias"));
+    if (T <= vk::kMatVecMaxTokens || matvec_chunks(outs, n, T)) {
+        for (int64_t t0 = 0; t0 < T; t0 += vk::kMatVecMaxTokens) {
+            std::optional<vk::Q8Input> q8;
+            const uint32_t rows = (uint32_t)std::min<int64_t>(vk::kMatVecMaxTokens, T - t0);
+            for (int i = 0; i < n; ++i)
+                linear_rows(*outs[i].w, bx, buf(outs[i].y, "linear output"), (uint32_t)t0, rows, q8);
         }
+    } else {
+        for (int i = 0; i < n; ++i) linear_tiled(*outs[i].w, bx, buf(outs[i].y, "linear output"), T);
+    }
+    for (int i = 0; i < n; ++i) {
+        const WeightRef* bias = outs[i].bias;
+        if (!bias || !bias->present()) continue;
+        vk::Buffer& by = buf(outs[i].y, "linear output");
+        mem_->record();
+        vk::op_add(mem_->ctx(), by, buf(bias->data, bias->name.c_str()), by, u32(T * outs[i].w->ne1, "linear output"),
+                   u32(outs[i].w->ne1, "bias"));
     }
 }
 

@@ -36,10 +36,20 @@ struct OutColumns {
 void op_linear(Context& c, uint32_t type, const Buffer& w, const Buffer& x, Buffer& y, uint32_t T, uint32_t N,
                uint32_t K, LinearKernel kernel = LinearKernel::Auto, OutColumns cols = {});
 constexpr uint32_t kMatVecMaxTokens = kVulkanMatVecTokens;   // MAX_COLS in linear_matvec*.comp
+// x[T, K] quantized to q8_1 (quantize_q8_1.comp) in the context's scratch: T * K / 32 blocks of 8
+// packed words, then their (d, s) pairs from word-pair index d_base. Made once for all the matrices
+// that read the same x (Q/K/V, gate/up), until the next quantization reuses the scratch.
+struct Q8Input {
+    const Buffer* q = nullptr;
+    uint32_t d_base = 0, T = 0, K = 0;
+};
+Q8Input op_quantize_q8_1(Context& c, BufferRange x, uint32_t T, uint32_t K);
 // The matrix-vector kernel (integer-dot where use_int8_dot) on up to 4 tokens of x and y bound from byte offsets (multiples of the
-// device's alignment: Context::bindable_offset): a batch taken a few rows at a time.
+// device's alignment: Context::bindable_offset): a batch taken a few rows at a time. q8: x already
+// quantized (op_quantize_q8_1 of the same rows), used by the integer-dot kernel instead of
+// quantizing x again; null: quantized here when the kernel needs it.
 void op_linear_rows(Context& c, uint32_t type, const Buffer& w, BufferRange x, BufferRange y, uint32_t T, uint32_t N,
-                    uint32_t K, OutColumns cols = {});
+                    uint32_t K, OutColumns cols = {}, const Q8Input* q8 = nullptr);
 // The kernel Auto picks for T tokens (MatVec or Tiled; MatVec becomes MatVecInt8 where
 // use_int8_dot holds).
 LinearKernel linear_kernel_for(uint32_t T);

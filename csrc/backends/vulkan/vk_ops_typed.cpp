@@ -93,9 +93,9 @@ void dequant_rows(Context& c, uint32_t type, const Buffer& w, const Buffer& ids,
     c.dispatch(p, {&w, &ids, &out}, &push, gx, gy);
 }
 
-// x[T, K] (from byte offset x.offset) to q8_1 in the context's scratch: T * K / 32 blocks of 8
-// packed words, then their (d, s) pairs from index *d_base (quantize_q8_1.comp).
-const Buffer& quantize_q8_1(Context& c, BufferRange x, uint32_t T, uint32_t K, uint32_t* d_base) {
+}  // namespace
+
+Q8Input op_quantize_q8_1(Context& c, BufferRange x, uint32_t T, uint32_t K) {
     const uint64_t blocks = (uint64_t)T * (K / 32);
     const Buffer& q = c.scratch(blocks * 32 + blocks * 8);
     struct {
@@ -105,12 +105,13 @@ const Buffer& quantize_q8_1(Context& c, BufferRange x, uint32_t T, uint32_t K, u
     uint32_t gx, gy;
     spread(c, (blocks + kDequantGroup - 1) / kDequantGroup, &gx, &gy);
     c.dispatch(p, {x, BufferRange{&q, 0}}, &push, gx, gy);
-    *d_base = push.d_base;
-    return q;
+    return Q8Input{&q, push.d_base, T, K};
 }
 
+namespace {
+
 void matvec(Context& c, uint32_t type, const Buffer& w, BufferRange x, BufferRange y, uint32_t T, uint32_t N,
-            uint32_t K, OutColumns cols, bool int8) {
+            uint32_t K, OutColumns cols, bool int8, const Q8Input* q8) {
     if (T > kMatVecCols)
         throw std::invalid_argument("Vulkan linear: the matrix-vector kernel takes at most " +
                                     std::to_string(kMatVecCols) + " tokens, got " + std::to_string(T));
@@ -131,9 +132,14 @@ void matvec(Context& c, uint32_t type, const Buffer& w, BufferRange x, BufferRan
         throw std::invalid_argument(std::string("Vulkan linear: no integer-dot kernel for ") + ggml_type_name(type));
     if (!c.info().integer_dot_product)
         throw std::invalid_argument("Vulkan linear: " + c.info().name + " has no shaderIntegerDotProduct");
-    const Buffer& q = quantize_q8_1(c, x, T, K, &push.d_base);
+    if (q8 && (q8->T != T || q8->K != K))
+        throw std::logic_error("Vulkan linear: the shared q8_1 input is [" + std::to_string(q8->T) + ", " +
+                               std::to_string(q8->K) + "], the product reads [" + std::to_string(T) + ", " +
+                               std::to_string(K) + "]");
+    const Q8Input in = q8 ? *q8 : op_quantize_q8_1(c, x, T, K);
+    push.d_base = in.d_base;
     const Pipeline& p = c.pipeline(kernel_name("linear_matvec_q8", type), 3, sizeof(push), spec);
-    c.dispatch(p, {BufferRange{&w, 0}, BufferRange{&q, 0}, y}, &push, gx, gy);
+    c.dispatch(p, {BufferRange{&w, 0}, BufferRange{in.q, 0}, y}, &push, gx, gy);
 }
 
 }  // namespace
@@ -148,8 +154,8 @@ bool use_int8_dot(const Context& c, uint32_t type) {
 }
 
 void op_linear_rows(Context& c, uint32_t type, const Buffer& w, BufferRange x, BufferRange y, uint32_t T, uint32_t N,
-                    uint32_t K, OutColumns cols) {
-    matvec(c, type, w, x, y, T, N, K, cols, use_int8_dot(c, type));
+                    uint32_t K, OutColumns cols, const Q8Input* q8) {
+    matvec(c, type, w, x, y, T, N, K, cols, use_int8_dot(c, type), q8);
 }
 
 void op_dequantize(Context& c, uint32_t type, const Buffer& w, Buffer& out, uint32_t rows, uint32_t K) {
@@ -171,7 +177,8 @@ void op_linear(Context& c, uint32_t type, const Buffer& w, const Buffer& x, Buff
     const uint32_t rb = row_bytes(type, K);
     uint32_t gx, gy;
     if (kernel == LinearKernel::MatVec || kernel == LinearKernel::MatVecInt8) {
-        matvec(c, type, w, BufferRange{&x, 0}, BufferRange{&y, 0}, T, N, K, cols, kernel == LinearKernel::MatVecInt8);
+        matvec(c, type, w, BufferRange{&x, 0}, BufferRange{&y, 0}, T, N, K, cols, kernel == LinearKernel::MatVecInt8,
+               nullptr);
         return;
     }
     struct {
