@@ -118,15 +118,17 @@ def teacher_forced(cpu: LLM, vk: LLM, text: str) -> tuple[float, list[float]]:
     return float((top_c == top_v).mean()), margins
 
 
-@pytest.mark.parametrize("int8", ["0", "1"])
-def test_greedy_run_with_every_layer_on_vulkan(smollm2, int8):
+@pytest.mark.parametrize("int8,tiled", [("0", "0"), ("1", "0"), ("0", "1"), ("1", "1")])
+def test_greedy_run_with_every_layer_on_vulkan(smollm2, int8, tiled):
     """`localllm run --device vulkan -ngl all` against the CPU's greedy output, with the float
-    matrix-vector kernels and with the integer-dot ones (LOCALLLM_VULKAN_INT8=1: SmolLM2's Q4_1
-    and Q8_0 matrices); where they part, the token they part at must be a near tie on the CPU (a
-    float difference, not a wrong layer)."""
+    kernels and with the integer-dot ones (LOCALLLM_VULKAN_INT8=1: SmolLM2's Q4_1 and Q8_0
+    matrices), the prompt through the matrix-vector kernels 4 tokens at a time as lavapipe runs it
+    and through the tiled kernels as a GPU does (LOCALLLM_VULKAN_TILED=1); where they part, the
+    token they part at must be a near tie on the CPU (a float difference, not a wrong layer)."""
     args = ("-m", smollm2, "-p", PROMPT, "-n", "8", "--temp", "0", "-c", "128")
     cpu = run_cli(*args, "--device", "cpu").stdout
-    vk = run_cli(*args, "-ngl", "all", "--device", "vulkan", env={"LOCALLLM_VULKAN_INT8": int8}).stdout
+    vk = run_cli(*args, "-ngl", "all", "--device", "vulkan",
+                 env={"LOCALLLM_VULKAN_INT8": int8, "LOCALLLM_VULKAN_TILED": tiled}).stdout
     assert vk.startswith(" Paris"), vk
     if vk != cpu:
         llm = LLM(smollm2, n_ctx=128, device="cpu")

@@ -141,29 +141,36 @@ def test_linear_matches_cpu(device, name):
 INT8_TYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL", "IQ4_XS", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]
 
 
+# (T, N, K) per kernel: the matrix-vector one takes up to 4 tokens; the tiled one's 64 x 64 tiles
+# are crossed by rows and tokens that are not multiples of 64.
+INT8_SHAPES = {"matvec_int8": {256: [(1, 17, 4864), (3, 5, 512), (4, 896, 256), (2, 1, 256)],
+                               32: [(1, 17, 4864), (3, 5, 160), (4, 896, 96), (2, 1, 32)]},
+               "tiled_int8": {256: [(5, 17, 768), (70, 67, 512), (64, 64, 256)],
+                              32: [(5, 17, 160), (70, 67, 96), (64, 64, 32)]}}
+
+
+@pytest.mark.parametrize("kernel", INT8_SHAPES)
 @pytest.mark.parametrize("name", INT8_TYPES)
-def test_linear_int8_matches_the_cpu_quantized_matmul(device, name):
-    """The integer-dot matrix-vector kernel quantizes x to q8_1 on the device and multiplies int8
-    by int8. For the 32-element formats the CPU's matmul does the same (its vec_dot_type is
-    q8_0/q8_1): the integer sums are the CPU's and only the order of the float sums over blocks
-    differs (nmse ~1e-13 measured). The K-quants' CPU activations are q8_K (one scale per 256),
-    coarser than q8_1's per 32: there both stay within q8's error of the float product."""
+def test_linear_int8_matches_the_cpu_quantized_matmul(device, name, kernel):
+    """The integer-dot kernels (matrix-vector and tiled) quantize x to q8_1 on the device and
+    multiply int8 by int8. For the 32-element formats the CPU's matmul does the same (its
+    vec_dot_type is q8_0/q8_1): the integer sums are the CPU's and only the order of the float sums
+    over blocks differs (nmse ~1e-13 measured). The K-quants' CPU activations are q8_K (one scale
+    per 256), coarser than q8_1's per 32: there both stay within q8's error of the float product."""
     if not next(d for d in _core.vulkan_devices() if d["index"] == device)["features"][
             "VK_KHR_shader_integer_dot_product"]:
         pytest.skip("the device has no shaderIntegerDotProduct")
     t = TYPES[name]
     rng = np.random.default_rng(300 + t)
     k_quant = _core.type_info(t)["block_elems"] == 256
-    shapes = [(1, 17, 4864), (3, 5, 512), (4, 896, 256), (2, 1, 256)] if k_quant else \
-        [(1, 17, 4864), (3, 5, 160), (4, 896, 96), (2, 1, 32)]
-    for T, N, K in shapes:
+    for T, N, K in INT8_SHAPES[kernel][_core.type_info(t)["block_elems"]]:
         w = quantized_weights(rng, t, N, K)
         x = rng.standard_normal((T, K)).astype(np.float32)
         x[0, :32] = 0.0   # an all-zero block: d = 0, no division by it
-        gpu = _harness.vulkan_linear(w, t, N, K, x, kernel="matvec_int8", device=device)
+        gpu = _harness.vulkan_linear(w, t, N, K, x, kernel=kernel, device=device)
         cpu = np.asarray(_harness.matmul(w, t, N, K, x)).reshape(T, N)
         bound = NMSE_MAX if k_quant else 1e-10
-        assert nmse(gpu, cpu) < bound, f"{name} T={T} N={N} K={K}: nmse {nmse(gpu, cpu):.3g}"
+        assert nmse(gpu, cpu) < bound, f"{name} {kernel} T={T} N={N} K={K}: nmse {nmse(gpu, cpu):.3g}"
         if N * K >= 4096:   # q8's error against the float product, over enough sums to average
             wf = _core.dequantize(w, t, N * K).reshape(N, K).astype(np.float64)
             assert nmse(gpu, x.astype(np.float64) @ wf.T) < 2e-4

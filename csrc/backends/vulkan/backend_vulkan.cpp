@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <optional>
 #include <stdexcept>
@@ -155,7 +156,6 @@ private:
     std::vector<RowWindow> pieces(const WeightRef& w) const;   // its row windows, or the whole matrix
     void linear_rows(const WeightRef& w, vk::Buffer& bx, vk::Buffer& by, uint32_t t0, uint32_t rows,
                      std::optional<vk::Q8Input>& q8);
-    void linear_tiled(const WeightRef& w, vk::Buffer& bx, vk::Buffer& by, int64_t T);
     std::vector<std::unique_ptr<Buffer>> act_;              // one buffer per ActScratch field
     std::unique_ptr<Buffer> logits_, tokens_buf_, positions_buf_, seq_buf_, rope_cs_[2], block_tables_;
     void *positions_ = nullptr, *seq_of_token_ = nullptr;
@@ -285,9 +285,12 @@ void VulkanBackend::begin_batch(const Batch& b) {
 // On a CPU implementation (lavapipe) the tiled kernel costs about 7 times the matrix-vector one
 // per token (576x1536 Q4_1: 5 tokens tiled 0.31 s, 4 tokens matrix-vector 0.044 s), so there a
 // batch goes through the matrix-vector kernel kMatVecMaxTokens rows at a time (where every output's
-// rows can be bound at those offsets); GPUs take the tiled kernel for batches.
+// rows can be bound at those offsets); GPUs take the tiled kernel for batches, and so does a CPU
+// implementation with LOCALLLM_VULKAN_TILED=1 (the tests run the GPU's prompt path on lavapipe).
 bool VulkanBackend::matvec_chunks(const LinearOut* outs, int n, int64_t T) const {
-    if (T <= vk::kMatVecMaxTokens || mem_->ctx().info().type != "cpu") return false;
+    static const char* tiled = getenv("LOCALLLM_VULKAN_TILED");
+    if (T <= vk::kMatVecMaxTokens || mem_->ctx().info().type != "cpu" || (tiled && strcmp(tiled, "1") == 0))
+        return false;
     const uint64_t rows = vk::kMatVecMaxTokens * sizeof(float);
     for (int i = 0; i < n; ++i)
         if (!mem_->ctx().bindable_offset(rows * (uint64_t)outs[i].w->ne0) ||
@@ -301,9 +304,9 @@ std::vector<VulkanBackend::RowWindow> VulkanBackend::pieces(const WeightRef& w) 
     return win != windows_.end() ? win->second : std::vector<RowWindow>{RowWindow{w.data, 0, w.ne1}};
 }
 
-// Tokens [t0, t0 + rows) through the matrix-vector kernel, each piece writing its columns of y. The
-// integer-dot kernel reads x quantized to q8_1: q8 holds it, made here by the first matrix that
-// needs it and reused by the others of the group.
+// Tokens [t0, t0 + rows) through op_linear_rows's kernel (matrix-vector or tiled), each piece
+// writing its columns of y. The integer-dot kernels read x quantized to q8_1: q8 holds it, made
+// here by the first matrix that needs it and reused by the others of the group.
 void VulkanBackend::linear_rows(const WeightRef& w, vk::Buffer& bx, vk::Buffer& by, uint32_t t0, uint32_t rows,
                                 std::optional<vk::Q8Input>& q8) {
     vk::Context& ctx = mem_->ctx();
@@ -321,29 +324,16 @@ void VulkanBackend::linear_rows(const WeightRef& w, vk::Buffer& bx, vk::Buffer& 
     }
 }
 
-void VulkanBackend::linear_tiled(const WeightRef& w, vk::Buffer& bx, vk::Buffer& by, int64_t T) {
-    const uint32_t K = u32(w.ne0, "columns"), N = u32(w.ne1, "rows");
-    for (const RowWindow& r : pieces(w)) {
-        mem_->record();
-        vk::op_linear(mem_->ctx(), (uint32_t)w.type, buf(r.data, w.name.c_str()), bx, by, u32(T, "tokens"),
-                      u32(r.rows, "rows"), K, vk::LinearKernel::Tiled, vk::OutColumns{N, u32(r.row0, "window row")});
-    }
-}
-
-// The group's matrices read the same x. Decode steps (and every batch on a CPU implementation, a few
-// tokens at a time) take the matrix-vector kernel, with x quantized once per run of tokens for all
-// the matrices that multiply it by integer dot products; GPU batches take the tiled kernel.
+// The group's matrices read the same x, quantized once per run of tokens for all those that
+// multiply it by integer dot products. Decode steps are one run (matrix-vector kernel); so are GPU
+// batches (tiled kernel); a CPU implementation takes batches 4 tokens at a time (matvec_chunks).
 void VulkanBackend::linear_group(const LinearOut* outs, int n, const float* x, int64_t T) {
     vk::Buffer& bx = buf(x, "linear input");
-    if (T <= vk::kMatVecMaxTokens || matvec_chunks(outs, n, T)) {
-        for (int64_t t0 = 0; t0 < T; t0 += vk::kMatVecMaxTokens) {
-            std::optional<vk::Q8Input> q8;
-            const uint32_t rows = (uint32_t)std::min<int64_t>(vk::kMatVecMaxTokens, T - t0);
-            for (int i = 0; i < n; ++i)
-                linear_rows(*outs[i].w, bx, buf(outs[i].y, "linear output"), (uint32_t)t0, rows, q8);
-        }
-    } else {
-        for (int i = 0; i < n; ++i) linear_tiled(*outs[i].w, bx, buf(outs[i].y, "linear output"), T);
+    const int64_t step = matvec_chunks(outs, n, T) ? vk::kMatVecMaxTokens : T;
+    for (int64_t t0 = 0; t0 < T; t0 += step) {
+        std::optional<vk::Q8Input> q8;
+        const uint32_t rows = u32(std::min(step, T - t0), "tokens");
+        for (int i = 0; i < n; ++i) linear_rows(*outs[i].w, bx, buf(outs[i].y, "linear output"), (uint32_t)t0, rows, q8);
     }
     for (int i = 0; i < n; ++i) {
         const WeightRef* bias = outs[i].bias;

@@ -19,7 +19,7 @@ VulkanScratchParts vulkan_scratch_parts(const HParams& hp, int64_t T) {
     p.rope_tables = 2 * (size_t)T * (size_t)hp.rope_dims * sizeof(float);
     p.batch_ids = 3 * (size_t)T * sizeof(int32_t);
     const int64_t widest = std::max<int64_t>({hp.n_embd, hp.n_ff, (int64_t)hp.n_head * hp.head_dim});
-    p.int8_activations = (size_t)(std::min(T, kVulkanMatVecTokens) * widest / 32) * (32 + 8);
+    p.int8_activations = (size_t)(T * widest / 32) * (32 + 8);
     return p;
 }
 

@@ -19,9 +19,9 @@ struct VulkanScratchParts {
     size_t logits = 0;        // [vulkan_logits_rows(T), n_vocab] F32
     size_t rope_tables = 0;   // two [T, rope_dims] (cos, sin) tables: Gemma3 alternates two bases
     size_t batch_ids = 0;     // tokens, positions, seq_of_token [T] int32
-    // The integer-dot kernels' q8_1 activations (the context's scratch: up to kVulkanMatVecTokens
-    // rows of the widest matrix input, 32 quants + (d, s) per 32 elements); allocated only on a
-    // device that runs them, counted always.
+    // The integer-dot kernels' q8_1 activations (the context's scratch: up to T rows of the widest
+    // matrix input, as the tiled kernel reads a GPU batch; 32 quants + (d, s) per 32 elements);
+    // allocated only on a device that runs them, counted always.
     size_t int8_activations = 0;
     size_t total() const { return activations + logits + rope_tables + batch_ids + int8_activations; }
 };

@@ -24,10 +24,11 @@ void op_rope(Context& c, Buffer& x, const Buffer& cs, uint32_t T, uint32_t n_hea
 void op_dequantize(Context& c, uint32_t type, const Buffer& w, Buffer& out, uint32_t rows, uint32_t K);
 // out[t, K] = dequantized row ids[t] of the table (ids: int32, checked by the caller).
 void op_embed(Context& c, uint32_t type, const Buffer& table, const Buffer& ids, Buffer& out, uint32_t T, uint32_t K);
-// y[T, N] = x[T, K] . W[N, K]^T, W raw blocks of `type` dequantized in the shader. MatVecInt8:
-// the matrix-vector kernel on x quantized to q8_1, with integer dot products (the 32-element
-// formats, on a device with shaderIntegerDotProduct); Auto takes it where use_int8_dot says.
-enum class LinearKernel { Auto, MatVec, MatVecInt8, Tiled };
+// y[T, N] = x[T, K] . W[N, K]^T, W raw blocks of `type` dequantized in the shader. MatVec for up
+// to 4 tokens, Tiled for more; their Int8 forms run on x quantized to q8_1, with integer dot
+// products (the quantized types, on a device with shaderIntegerDotProduct). Auto:
+// linear_kernel_for.
+enum class LinearKernel { Auto, MatVec, MatVecInt8, Tiled, TiledInt8 };
 // Where y's [T, N] lies: row t at y[t * ldy + col0 ...]; ldy 0 means N (a plain [T, N]). A matrix
 // held as row windows writes each window's outputs straight into its columns of the full y.
 struct OutColumns {
@@ -44,15 +45,15 @@ struct Q8Input {
     uint32_t d_base = 0, T = 0, K = 0;
 };
 Q8Input op_quantize_q8_1(Context& c, BufferRange x, uint32_t T, uint32_t K);
-// The matrix-vector kernel (integer-dot where use_int8_dot) on up to 4 tokens of x and y bound from byte offsets (multiples of the
-// device's alignment: Context::bindable_offset): a batch taken a few rows at a time. q8: x already
-// quantized (op_quantize_q8_1 of the same rows), used by the integer-dot kernel instead of
-// quantizing x again; null: quantized here when the kernel needs it.
+// The product with linear_kernel_for's kernel on T tokens of x and y bound from byte offsets
+// (multiples of the device's alignment: Context::bindable_offset): a batch taken some rows at a
+// time. q8: x already quantized (op_quantize_q8_1 of the same rows), read by the integer-dot
+// kernels instead of quantizing x again; null: quantized here when the kernel needs it.
 void op_linear_rows(Context& c, uint32_t type, const Buffer& w, BufferRange x, BufferRange y, uint32_t T, uint32_t N,
                     uint32_t K, OutColumns cols = {}, const Q8Input* q8 = nullptr);
-// The kernel Auto picks for T tokens (MatVec or Tiled; MatVec becomes MatVecInt8 where
-// use_int8_dot holds).
-LinearKernel linear_kernel_for(uint32_t T);
+// The kernel Auto picks for T tokens of `type`: MatVec up to 4 tokens, else Tiled; their Int8
+// forms where use_int8_dot holds.
+LinearKernel linear_kernel_for(const Context& c, uint32_t type, uint32_t T);
 // Whether the matrix-vector kernel on `type` uses integer dot products here: the type has the
 // kernel, the device the feature, and either the driver says packed int8 dot products are
 // accelerated or LOCALLLM_VULKAN_INT8=1 asks for them (CPU implementations, tests);

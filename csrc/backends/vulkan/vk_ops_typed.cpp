@@ -110,6 +110,20 @@ Q8Input op_quantize_q8_1(Context& c, BufferRange x, uint32_t T, uint32_t K) {
 
 namespace {
 
+// The integer-dot kernels' input: q8 where the caller quantized x already (checked to be these
+// rows), else x quantized here.
+Q8Input int8_input(Context& c, uint32_t type, BufferRange x, uint32_t T, uint32_t K, const Q8Input* q8) {
+    if (!int8_kernel_exists(type))
+        throw std::invalid_argument(std::string("Vulkan linear: no integer-dot kernel for ") + ggml_type_name(type));
+    if (!c.info().integer_dot_product)
+        throw std::invalid_argument("Vulkan linear: " + c.info().name + " has no shaderIntegerDotProduct");
+    if (q8 && (q8->T != T || q8->K != K))
+        throw std::logic_error("Vulkan linear: the shared q8_1 input is [" + std::to_string(q8->T) + ", " +
+                               std::to_string(q8->K) + "], the product reads [" + std::to_string(T) + ", " +
+                               std::to_string(K) + "]");
+    return q8 ? *q8 : op_quantize_q8_1(c, x, T, K);
+}
+
 void matvec(Context& c, uint32_t type, const Buffer& w, BufferRange x, BufferRange y, uint32_t T, uint32_t N,
             uint32_t K, OutColumns cols, bool int8, const Q8Input* q8) {
     if (T > kMatVecCols)
@@ -128,18 +142,39 @@ void matvec(Context& c, uint32_t type, const Buffer& w, BufferRange x, BufferRan
         c.dispatch(p, {BufferRange{&w, 0}, x, y}, &push, gx, gy);
         return;
     }
-    if (!int8_kernel_exists(type))
-        throw std::invalid_argument(std::string("Vulkan linear: no integer-dot kernel for ") + ggml_type_name(type));
-    if (!c.info().integer_dot_product)
-        throw std::invalid_argument("Vulkan linear: " + c.info().name + " has no shaderIntegerDotProduct");
-    if (q8 && (q8->T != T || q8->K != K))
-        throw std::logic_error("Vulkan linear: the shared q8_1 input is [" + std::to_string(q8->T) + ", " +
-                               std::to_string(q8->K) + "], the product reads [" + std::to_string(T) + ", " +
-                               std::to_string(K) + "]");
-    const Q8Input in = q8 ? *q8 : op_quantize_q8_1(c, x, T, K);
+    const Q8Input in = int8_input(c, type, x, T, K, q8);
     push.d_base = in.d_base;
     const Pipeline& p = c.pipeline(kernel_name("linear_matvec_q8", type), 3, sizeof(push), spec);
     c.dispatch(p, {BufferRange{&w, 0}, BufferRange{in.q, 0}, y}, &push, gx, gy);
+}
+
+// linear_tiled.comp, or linear_tiled_q8.comp on x quantized to q8_1 (int8).
+void tiled(Context& c, uint32_t type, const Buffer& w, BufferRange x, BufferRange y, uint32_t T, uint32_t N,
+           uint32_t K, OutColumns cols, bool int8, const Q8Input* q8) {
+    struct {
+        uint32_t N, K, T, row_bytes, tiles_n, ldy, y0, d_base;
+    } push{N, K, T, row_bytes(type, K), (N + kTile - 1) / kTile, cols.ldy ? cols.ldy : N, cols.col0, 0};
+    uint32_t gx, gy;
+    spread(c, (uint64_t)push.tiles_n * ((T + kTile - 1) / kTile), &gx, &gy);
+    if (!int8) {
+        // linear_tiled.comp's push constants are the first seven fields (no d_base).
+        const Pipeline& p = c.pipeline(kernel_name("linear_tiled", type), 3, sizeof(push) - 4);
+        c.dispatch(p, {BufferRange{&w, 0}, x, y}, &push, gx, gy);
+        return;
+    }
+    const Q8Input in = int8_input(c, type, x, T, K, q8);
+    push.d_base = in.d_base;
+    const Pipeline& p = c.pipeline(kernel_name("linear_tiled_q8", type), 3, sizeof(push));
+    c.dispatch(p, {BufferRange{&w, 0}, BufferRange{in.q, 0}, y}, &push, gx, gy);
+}
+
+void run_linear(Context& c, LinearKernel kernel, uint32_t type, const Buffer& w, BufferRange x, BufferRange y,
+                uint32_t T, uint32_t N, uint32_t K, OutColumns cols, const Q8Input* q8) {
+    const bool int8 = kernel == LinearKernel::MatVecInt8 || kernel == LinearKernel::TiledInt8;
+    if (kernel == LinearKernel::MatVec || kernel == LinearKernel::MatVecInt8)
+        matvec(c, type, w, x, y, T, N, K, cols, int8, q8);
+    else
+        tiled(c, type, w, x, y, T, N, K, cols, int8, q8);
 }
 
 }  // namespace
@@ -153,9 +188,15 @@ bool use_int8_dot(const Context& c, uint32_t type) {
     return int8_kernel_exists(type) && c.info().integer_dot_product && (asked || c.info().integer_dot_accelerated);
 }
 
+LinearKernel linear_kernel_for(const Context& c, uint32_t type, uint32_t T) {
+    const bool int8 = use_int8_dot(c, type);
+    if (T <= kMatVecCols) return int8 ? LinearKernel::MatVecInt8 : LinearKernel::MatVec;
+    return int8 ? LinearKernel::TiledInt8 : LinearKernel::Tiled;
+}
+
 void op_linear_rows(Context& c, uint32_t type, const Buffer& w, BufferRange x, BufferRange y, uint32_t T, uint32_t N,
                     uint32_t K, OutColumns cols, const Q8Input* q8) {
-    matvec(c, type, w, x, y, T, N, K, cols, use_int8_dot(c, type), q8);
+    run_linear(c, linear_kernel_for(c, type, T), type, w, x, y, T, N, K, cols, q8);
 }
 
 void op_dequantize(Context& c, uint32_t type, const Buffer& w, Buffer& out, uint32_t rows, uint32_t K) {
@@ -166,27 +207,10 @@ void op_embed(Context& c, uint32_t type, const Buffer& table, const Buffer& ids,
     dequant_rows(c, type, table, ids, true, out, T, K);
 }
 
-LinearKernel linear_kernel_for(uint32_t T) { return T <= kMatVecCols ? LinearKernel::MatVec : LinearKernel::Tiled; }
-
 void op_linear(Context& c, uint32_t type, const Buffer& w, const Buffer& x, Buffer& y, uint32_t T, uint32_t N,
                uint32_t K, LinearKernel kernel, OutColumns cols) {
-    if (kernel == LinearKernel::Auto) {
-        kernel = linear_kernel_for(T);
-        if (kernel == LinearKernel::MatVec && use_int8_dot(c, type)) kernel = LinearKernel::MatVecInt8;
-    }
-    const uint32_t rb = row_bytes(type, K);
-    uint32_t gx, gy;
-    if (kernel == LinearKernel::MatVec || kernel == LinearKernel::MatVecInt8) {
-        matvec(c, type, w, BufferRange{&x, 0}, BufferRange{&y, 0}, T, N, K, cols, kernel == LinearKernel::MatVecInt8,
-               nullptr);
-        return;
-    }
-    struct {
-        uint32_t N, K, T, row_bytes, tiles_n, ldy, y0;
-    } push{N, K, T, rb, (N + kTile - 1) / kTile, cols.ldy ? cols.ldy : N, cols.col0};
-    const Pipeline& p = c.pipeline(kernel_name("linear_tiled", type), 3, sizeof(push));
-    spread(c, (uint64_t)push.tiles_n * ((T + kTile - 1) / kTile), &gx, &gy);
-    c.dispatch(p, {&w, &x, &y}, &push, gx, gy);
+    if (kernel == LinearKernel::Auto) kernel = linear_kernel_for(c, type, T);
+    run_linear(c, kernel, type, w, BufferRange{&x, 0}, BufferRange{&y, 0}, T, N, K, cols, nullptr);
 }
 
 }  // namespace lll::vk

@@ -157,7 +157,8 @@ py::array_t<float> linear_py(const U8Array& w, int type, int64_t N, int64_t K, c
     if (kernel == "matvec") which = lll::vk::LinearKernel::MatVec;
     else if (kernel == "matvec_int8") which = lll::vk::LinearKernel::MatVecInt8;
     else if (kernel == "tiled") which = lll::vk::LinearKernel::Tiled;
-    else if (kernel != "auto") throw std::invalid_argument("vulkan_linear: kernel must be auto, matvec, matvec_int8 or tiled");
+    else if (kernel == "tiled_int8") which = lll::vk::LinearKernel::TiledInt8;
+    else if (kernel != "auto") throw std::invalid_argument("vulkan_linear: kernel must be auto, matvec, matvec_int8, tiled or tiled_int8");
     const uint32_t T = checked_u32(x.shape(0), "T");
     std::unique_lock<std::mutex> lock;
     Context& c = context_for(device, lock);
