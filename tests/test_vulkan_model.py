@@ -139,6 +139,23 @@ def test_greedy_run_with_every_layer_on_vulkan(smollm2, int8, tiled):
         assert margin < 0.5, f"CPU {cpu!r} vs Vulkan {vk!r} part where the CPU prefers its token by {margin}"
 
 
+LOGITS_CODE = ("import sys, numpy as np; from localllm import LLM; "
+               "llm = LLM(sys.argv[1], n_ctx=64, n_batch=64, n_gpu_layers='all', device='vulkan'); "
+               "sys.stdout.buffer.write(np.ascontiguousarray(llm.logits(llm.tokenize(sys.argv[2])), np.float32).tobytes())")
+
+
+@pytest.mark.parametrize("int8", ["0", "1"])
+def test_prompt_logits_are_the_same_bits_through_either_kernel(smollm2, int8):
+    """Batch invariance on the device: a prompt through the matrix-vector kernels 4 tokens at a
+    time (lavapipe's way, and every decode step's) and through the tiled kernels in one batch (a
+    GPU's way, LOCALLLM_VULKAN_TILED=1) gives the same logits bit for bit, so a sequence's tokens
+    do not depend on the batch or prefix-cache hit that cut its prompt."""
+    out = [subprocess.run([sys.executable, "-c", LOGITS_CODE, smollm2, PROMPT], capture_output=True, check=True,
+                          timeout=600, env={**os.environ, "LOCALLLM_VULKAN_INT8": int8, "LOCALLLM_VULKAN_TILED": tiled}
+                          ).stdout for tiled in ("0", "1")]
+    assert len(out[0]) > 0 and out[0] == out[1]
+
+
 @pytest.mark.parametrize("ngl", ["all", 15])
 def test_teacher_forced_agreement_with_cpu(smollm2, cpu_llm, ngl):
     vk = LLM(smollm2, n_ctx=128, n_gpu_layers=ngl, device="vulkan")

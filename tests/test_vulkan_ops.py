@@ -176,6 +176,30 @@ def test_linear_int8_matches_the_cpu_quantized_matmul(device, name, kernel):
             assert nmse(gpu, x.astype(np.float64) @ wf.T) < 2e-4
 
 
+@pytest.mark.parametrize("name", list(TYPES))
+def test_a_token_gets_the_same_bits_from_either_kernel(device, name):
+    """Batch invariance on every device: decode (up to 4 tokens) takes the matrix-vector kernels,
+    batches on a GPU the tiled ones, so a token's outputs must not depend on which ran. Both add
+    the same block sums in the same order (matvec_sums.glsl): equal bit for bit, float and
+    integer-dot forms, on shapes that cross the tiles' edges."""
+    t = TYPES[name]
+    rng = np.random.default_rng(900 + t)
+    elems = _core.type_info(t)["block_elems"]
+    K = 2 * 256 if elems == 256 else (200 if elems == 1 else 160)   # F32/F16/BF16: K not a multiple of 32
+    N = 67
+    w = quantized_weights(rng, t, N, K)
+    x = rng.standard_normal((70, K)).astype(np.float32)
+    pairs = [("matvec", "tiled")]
+    if name in INT8_TYPES and next(d for d in _core.vulkan_devices() if d["index"] == device)["features"][
+            "VK_KHR_shader_integer_dot_product"]:
+        pairs.append(("matvec_int8", "tiled_int8"))
+    for one, batch in pairs:
+        whole = _harness.vulkan_linear(w, t, N, K, x, kernel=batch, device=device)
+        for t0, T in [(0, 1), (5, 4), (66, 4)]:
+            rows = _harness.vulkan_linear(w, t, N, K, x[t0:t0 + T], kernel=one, device=device)
+            assert np.array_equal(rows.view(np.uint32), whole[t0:t0 + T].view(np.uint32)), (name, one, t0, T)
+
+
 def test_linear_int8_names_what_it_cannot_do(device):
     w = quantized_weights(np.random.default_rng(1), TYPES["F16"], 2, 256)
     with pytest.raises(ValueError, match="no integer-dot kernel for F16"):

@@ -150,3 +150,24 @@ void decode_block_i8(uint row_off, uint b, out uint q[8], out vec2 dw, out float
 }
 #endif
 
+
+#ifdef I8_MIN_PER_16
+#define I8_MIN_T vec2
+#else
+#define I8_MIN_T float
+#endif
+
+// A block's sum from its integer dot products with a q8_1 block (d, s) = ds: lo over elements
+// 0-15, hi over 16-31; sx the q8_1 block's two halves' quant sums (read for the mins per 16 only).
+// One `precise` expression for both integer-dot kernels, so their block sums are the same bits.
+float block_sum_i8(int lo, int hi, vec2 dw, I8_MIN_T mw, vec2 ds, vec2 sx) {
+    precise float v;
+#if defined(I8_MIN_PER_16)
+    v = ((dw.x * float(lo) + dw.y * float(hi)) + (mw.x * sx.x + mw.y * sx.y)) * ds.x;
+#elif defined(I8_SCALE_PER_16)
+    v = (dw.x * float(lo) + dw.y * float(hi)) * ds.x + mw * ds.y;
+#else
+    v = dw.x * float(lo + hi) * ds.x + mw * ds.y;
+#endif
+    return v;
+}

@@ -1,16 +1,16 @@
 #version 450
 // linear_matvec.comp — y[T, N] = x[T, K] . W[N, K]^T for few tokens (decode): each workgroup
-// owns NUM_ROWS weight rows; consecutive invocations take consecutive 16-element chunks of the
-// rows (adjacent weight bytes, so loads coalesce on a GPU), dequantize each chunk once for all
-// (up to MAX_COLS) tokens and multiply it by x read as vec4s; the partial sums meet by
-// subgroupAdd and then across subgroups in shared memory. Weight reads are the cost here, so
-// every weight byte is read once per dispatch. Every loop has a constant trip count (bounds are
-// uniform branches inside), so compilers unroll them and keep the arrays in registers.
+// owns NUM_ROWS weight rows; each invocation takes one segment of consecutive 32-element blocks
+// of the rows (matvec_sums.glsl), dequantize each block once for all
+// (up to MAX_COLS) tokens and sum its products (block_dot.glsl's chain); the block sums are added in block
+// order (matvec_sums.glsl), the tiled kernel's order, so a token's outputs do not depend on the
+// batch it came in. Weight reads are the cost here, so every weight byte is read once per
+// dispatch. Every loop has a constant trip count (bounds are uniform branches inside), so
+// compilers unroll them and keep the arrays in registers.
 #include "common.glsl"
 
 // host: the device's subgroup size (8 on lavapipe, 32 on NVIDIA, 32-64 on AMD and Intel), at
-// least 8 and at most 64: one subgroup per workgroup, so the sums need no shared memory or
-// barrier (a driver that splits the workgroup anyway takes the shared-memory path below).
+// least 8 and at most 64.
 layout(local_size_x_id = 0) in;
 
 // Rows per workgroup (host: 2 on GPUs, so a small matrix still spreads over every compute unit;
@@ -27,10 +27,11 @@ layout(push_constant) uniform Push {
     uint N, K, T;   // T <= MAX_COLS
     uint row_bytes;
     uint ldy, y0;   // y row t, column n is y[t * ldy + y0 + n] (a row window's columns of a wider y)
+    uint seg_blocks;   // blocks per segment (matvec_sums.glsl)
 } pc;
 
 #include "blocks.glsl"
-
+#include "block_dot.glsl"
 #include "matvec_sums.glsl"
 
 // Elements [k0, k0 + 16) of token t's activations; zeros past K.
@@ -50,27 +51,33 @@ void load_x16(uint t, uint k0, out vec4 xv[4]) {
 void main() {
     const uint row0 = flat_group_id() * NUM_ROWS;
     if (row0 >= pc.N) return;   // whole workgroup: uniform
-    const uint chunks = (pc.K + 15u) / 16u;
-    float acc[NUM_ROWS][MAX_COLS];
+    const uint blocks = (pc.K + 31u) / 32u;
+    float seg[NUM_ROWS][MAX_COLS];
     for (uint r = 0u; r < NUM_ROWS; ++r)
-        for (uint t = 0u; t < MAX_COLS; ++t) acc[r][t] = 0.0;
-
-    for (uint c = gl_LocalInvocationID.x; c < chunks; c += gl_WorkGroupSize.x) {
-        vec4 xv[MAX_COLS][4];
-        for (uint t = 0u; t < MAX_COLS; ++t)
-            if (t < pc.T) load_x16(t, 16u * c, xv[t]);
-        for (uint r = 0u; r < NUM_ROWS; ++r) {
-            if (row0 + r < pc.N) {
-                float w[16];
-                decode_chunk16((row0 + r) * pc.row_bytes, c, pc.K, w);
-                const vec4 w0 = vec4(w[0], w[1], w[2], w[3]), w1 = vec4(w[4], w[5], w[6], w[7]);
-                const vec4 w2 = vec4(w[8], w[9], w[10], w[11]), w3 = vec4(w[12], w[13], w[14], w[15]);
-                for (uint t = 0u; t < MAX_COLS; ++t)
-                    if (t < pc.T)
-                        acc[r][t] += (dot(w0, xv[t][0]) + dot(w1, xv[t][1])) + (dot(w2, xv[t][2]) + dot(w3, xv[t][3]));
+        for (uint t = 0u; t < MAX_COLS; ++t) seg[r][t] = 0.0;
+    const uint b_end = min(blocks, (gl_LocalInvocationID.x + 1u) * pc.seg_blocks);
+    for (uint b = gl_LocalInvocationID.x * pc.seg_blocks; b < b_end; ++b) {
+        float c[NUM_ROWS][MAX_COLS];
+        for (uint r = 0u; r < NUM_ROWS; ++r)
+            for (uint t = 0u; t < MAX_COLS; ++t) c[r][t] = 0.0;
+        for (uint h = 0u; h < 2u; ++h) {   // the block's halves: the chain goes on from the first
+            vec4 xv[MAX_COLS][4];
+            for (uint t = 0u; t < MAX_COLS; ++t)
+                if (t < pc.T) load_x16(t, 32u * b + 16u * h, xv[t]);
+            for (uint r = 0u; r < NUM_ROWS; ++r) {
+                if (row0 + r < pc.N) {
+                    float w[16];
+                    decode_chunk16((row0 + r) * pc.row_bytes, 2u * b + h, pc.K, w);
+                    for (uint t = 0u; t < MAX_COLS; ++t)
+                        if (t < pc.T) c[r][t] = chain16(w, xv[t], c[r][t]);
+                }
             }
         }
+        for (uint r = 0u; r < NUM_ROWS; ++r)
+            for (uint t = 0u; t < MAX_COLS; ++t) {
+                precise float v = seg[r][t] + c[r][t];
+                seg[r][t] = v;
+            }
     }
-
-    store_row_sums(row0, acc);
+    store_row_sums(row0, (blocks + pc.seg_blocks - 1u) / pc.seg_blocks, seg);
 }

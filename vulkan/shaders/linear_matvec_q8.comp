@@ -2,8 +2,9 @@
 // linear_matvec_q8.comp — y[T, N] = x[T, K] . W[N, K]^T for few tokens with integer dot products
 // (VK_KHR_shader_integer_dot_product): x comes quantized to q8_1 by quantize_q8_1.comp, each
 // 32 weights are unpacked to packed int8 (blocks_i8.glsl) once for all tokens, and
-// OpSDot multiplies four int8 pairs per instruction. As in linear_matvec.comp: one subgroup per
-// workgroup of NUM_ROWS rows, consecutive invocations on consecutive blocks, subgroupAdd.
+// OpSDot multiplies four int8 pairs per instruction. As in linear_matvec.comp: NUM_ROWS rows per
+// workgroup, each invocation on one segment of consecutive blocks, the block sums (block_sum_i8)
+// added in matvec_sums.glsl's order, as linear_tiled_q8.comp adds them.
 #extension GL_EXT_spirv_intrinsics : require
 #include "common.glsl"
 
@@ -20,6 +21,7 @@ layout(push_constant) uniform Push {
     uint N, K, T;   // T <= MAX_COLS, K a multiple of 32
     uint row_bytes;
     uint ldy, y0;
+    uint seg_blocks;   // blocks per segment (matvec_sums.glsl)
     uint d_base;
 } pc;
 
@@ -38,22 +40,20 @@ void main() {
     const uint row0 = flat_group_id() * NUM_ROWS;
     if (row0 >= pc.N) return;   // whole workgroup: uniform
     const uint blocks = pc.K / 32u;
-    float acc[NUM_ROWS][MAX_COLS];
+    float seg[NUM_ROWS][MAX_COLS];
     for (uint r = 0u; r < NUM_ROWS; ++r)
-        for (uint t = 0u; t < MAX_COLS; ++t) acc[r][t] = 0.0;
-
-    for (uint b = gl_LocalInvocationID.x; b < blocks; b += gl_WorkGroupSize.x) {
+        for (uint t = 0u; t < MAX_COLS; ++t) seg[r][t] = 0.0;
+    const uint b_end = min(blocks, (gl_LocalInvocationID.x + 1u) * pc.seg_blocks);
+    for (uint b = gl_LocalInvocationID.x * pc.seg_blocks; b < b_end; ++b) {
         uvec4 xa[MAX_COLS], xb[MAX_COLS];
-        vec2 ds[MAX_COLS];
-#ifdef I8_MIN_PER_16
-        vec2 sx[MAX_COLS];   // each half's sum of qx (its dot with bytes of 1), for the mins per 16
-#endif
+        vec2 ds[MAX_COLS], sx[MAX_COLS];   // sx: each half's sum of qx (its dot with bytes of 1)
         for (uint t = 0u; t < MAX_COLS; ++t)
             if (t < pc.T) {
                 const uint blk = t * blocks + b;
                 xa[t] = xq[2u * blk];
                 xb[t] = xq[2u * blk + 1u];
                 ds[t] = xd[pc.d_base + blk];
+                sx[t] = vec2(0.0);
 #ifdef I8_MIN_PER_16
                 sx[t] = vec2((sdot4(ONES, xa[t].x, 0) + sdot4(ONES, xa[t].y, 0)) + (sdot4(ONES, xa[t].z, 0) + sdot4(ONES, xa[t].w, 0)),
                              (sdot4(ONES, xb[t].x, 0) + sdot4(ONES, xb[t].y, 0)) + (sdot4(ONES, xb[t].z, 0) + sdot4(ONES, xb[t].w, 0)));
@@ -63,11 +63,7 @@ void main() {
             if (row0 + r < pc.N) {
                 uint q[8];
                 vec2 dw;
-#ifdef I8_MIN_PER_16
-                vec2 mw;
-#else
-                float mw;
-#endif
+                I8_MIN_T mw;
                 decode_block_i8((row0 + r) * pc.row_bytes, b, q, dw, mw);
                 for (uint t = 0u; t < MAX_COLS; ++t)
                     if (t < pc.T) {
@@ -75,18 +71,11 @@ void main() {
                                        (sdot4(q[2], xa[t].z, 0) + sdot4(q[3], xa[t].w, 0));
                         const int hi = (sdot4(q[4], xb[t].x, 0) + sdot4(q[5], xb[t].y, 0)) +
                                        (sdot4(q[6], xb[t].z, 0) + sdot4(q[7], xb[t].w, 0));
-#if defined(I8_MIN_PER_16)
-                        acc[r][t] += ((dw.x * float(lo) + dw.y * float(hi)) + (mw.x * sx[t].x + mw.y * sx[t].y)) *
-                                     ds[t].x;
-#elif defined(I8_SCALE_PER_16)
-                        acc[r][t] += (dw.x * float(lo) + dw.y * float(hi)) * ds[t].x + mw * ds[t].y;
-#else
-                        acc[r][t] += dw.x * float(lo + hi) * ds[t].x + mw * ds[t].y;
-#endif
+                        precise float v = seg[r][t] + block_sum_i8(lo, hi, dw, mw, ds[t], sx[t]);
+                        seg[r][t] = v;
                     }
             }
         }
     }
-
-    store_row_sums(row0, acc);
+    store_row_sums(row0, (blocks + pc.seg_blocks - 1u) / pc.seg_blocks, seg);
 }

@@ -4,7 +4,8 @@
 // linear_tiled.comp, K walked one 32-element block at a time through shared memory: 64 of the 256
 // invocations unpack one weight row's block to packed int8 (blocks_i8.glsl) with its factors, 64
 // copy one token's q8_1 block; then each multiplies a 4 x 4 block of outputs with OpSDot, rows and
-// tokens strided by 16. Each block's sum is scaled as in linear_matvec_q8.comp.
+// tokens strided by 16. Each block's sum (block_sum_i8) is added in matvec_sums.glsl's order
+// (segments, then their sums), as linear_matvec_q8.comp adds them, so a token's outputs are the same bits through either kernel.
 #extension GL_EXT_spirv_intrinsics : require
 #include "common.glsl"
 
@@ -24,6 +25,7 @@ layout(push_constant) uniform Push {
     uint row_bytes;
     uint tiles_n;   // ceil(N / BM): the flat group id is tile_n + tiles_n * tile_t
     uint ldy, y0;   // y row t, column n is y[t * ldy + y0 + n]
+    uint seg_blocks;   // blocks per segment, as the matrix-vector kernel's (matvec_sums.glsl)
     uint d_base;
 } pc;
 
@@ -35,20 +37,14 @@ int sdot4(uint a, uint b, spirv_literal int packed_4x8bit);
 #include "blocks_i8.glsl"
 
 const uint ONES = 0x01010101u;   // four int8 ones
-#ifdef I8_MIN_PER_16
-#define MIN_T vec2
-#else
-#define MIN_T float
-#endif
+#define MIN_T I8_MIN_T
 
 shared uint wq[BM * WORDS];
 shared vec2 wd[BM];       // the block's dw
 shared MIN_T wm[BM];      // and mw
 shared uint xs[BN * WORDS];
 shared vec2 xds[BN];      // the token's (d, s)
-#ifdef I8_MIN_PER_16
-shared vec2 xsum[BN];     // each half's sum of qx, for the mins per 16
-#endif
+shared vec2 xsum[BN];     // each half's sum of qx, for the mins per 16 (zeros for the other types)
 
 void load_block(uint n0, uint t0, uint b, uint blocks) {
     const uint lid = gl_LocalInvocationID.x;
@@ -76,6 +72,7 @@ void load_block(uint n0, uint t0, uint b, uint blocks) {
             xs[t * WORDS + 4u + i] = c[i];
         }
         xds[t] = ds;
+        xsum[t] = vec2(0.0);
 #ifdef I8_MIN_PER_16
         xsum[t] = vec2((sdot4(ONES, a.x, 0) + sdot4(ONES, a.y, 0)) + (sdot4(ONES, a.z, 0) + sdot4(ONES, a.w, 0)),
                        (sdot4(ONES, c.x, 0) + sdot4(ONES, c.y, 0)) + (sdot4(ONES, c.z, 0) + sdot4(ONES, c.w, 0)));
@@ -88,9 +85,9 @@ void main() {
     const uint n0 = (g % pc.tiles_n) * BM, t0 = (g / pc.tiles_n) * BN;
     const uint tx = gl_LocalInvocationID.x % 16u, ty = gl_LocalInvocationID.x / 16u;
     const uint blocks = pc.K / 32u;
-    float acc[4][4];
+    precise float acc[4][4], seg[4][4];   // the output and its running segment (matvec_sums.glsl)
     for (uint i = 0u; i < 4u; ++i)
-        for (uint j = 0u; j < 4u; ++j) acc[i][j] = 0.0;
+        for (uint j = 0u; j < 4u; ++j) acc[i][j] = seg[i][j] = 0.0;
 
     for (uint b = 0u; b < blocks; ++b) {
         load_block(n0, t0, b, blocks);
@@ -107,16 +104,15 @@ void main() {
                                (sdot4(q[2], xs[t * WORDS + 2u], 0) + sdot4(q[3], xs[t * WORDS + 3u], 0));
                 const int hi = (sdot4(q[4], xs[t * WORDS + 4u], 0) + sdot4(q[5], xs[t * WORDS + 5u], 0)) +
                                (sdot4(q[6], xs[t * WORDS + 6u], 0) + sdot4(q[7], xs[t * WORDS + 7u], 0));
-                const vec2 ds = xds[t];
-#if defined(I8_MIN_PER_16)
-                acc[i][j] += ((dw.x * float(lo) + dw.y * float(hi)) + (mw.x * xsum[t].x + mw.y * xsum[t].y)) * ds.x;
-#elif defined(I8_SCALE_PER_16)
-                acc[i][j] += (dw.x * float(lo) + dw.y * float(hi)) * ds.x + mw * ds.y;
-#else
-                acc[i][j] += dw.x * float(lo + hi) * ds.x + mw * ds.y;
-#endif
+                seg[i][j] = seg[i][j] + block_sum_i8(lo, hi, dw, mw, xds[t], xsum[t]);
             }
         }
+        if ((b + 1u) % pc.seg_blocks == 0u || b + 1u == blocks)
+            for (uint i = 0u; i < 4u; ++i)
+                for (uint j = 0u; j < 4u; ++j) {
+                    acc[i][j] = acc[i][j] + seg[i][j];
+                    seg[i][j] = 0.0;
+                }
         barrier();
     }
     for (uint i = 0u; i < 4u; ++i)

@@ -1,32 +1,28 @@
-// matvec_sums.glsl — the end of the matrix-vector kernels: each invocation's partial sums of
-// NUM_ROWS rows x MAX_COLS tokens meet by subgroupAdd, and across subgroups in shared memory when
-// a driver splits the workgroup into several; the sums go to y[t * ldy + y0 + row].
-#define MAX_SUBGROUPS 16u          // largest workgroup (64) / smallest subgroup (4)
+// matvec_sums.glsl — the matrix-vector kernels' sums, in the order the tiled kernels add theirs, so
+// a token's outputs are the same bits whichever kernel (hence whatever batch) computed them. The
+// row's 32-element blocks fall in segments of pc.seg_blocks consecutive blocks (the host makes
+// that ceil(blocks / workgroup size), so each invocation owns one segment); then
+//     segment sum  s_j = (...((0 + c_b) + c_b+1) + ...)  over the segment's blocks in order,
+//     output       y   = (...((0 + s_0) + s_1) + ...)    over the segments in order,
+// c_b the block's sum (block_dot.glsl's chain / block_sum_i8, shared with the tiled kernels). The
+// segment sums meet in shared memory and the invocation that owns an output adds them in order.
+// Every sum is `precise`: no contraction into FMAs the other kernel might not make.
+#define MAX_GROUP 64u   // largest workgroup (the host clamps the subgroup size to 8..64)
 
-shared float partial[NUM_ROWS * MAX_COLS][MAX_SUBGROUPS];
+shared float seg_sums[NUM_ROWS * MAX_COLS][MAX_GROUP];
 
-void store_row_sums(uint row0, float acc[NUM_ROWS][MAX_COLS]) {
-    if (gl_NumSubgroups == 1u) {   // uniform
-        for (uint r = 0u; r < NUM_ROWS; ++r)
-            for (uint t = 0u; t < MAX_COLS; ++t) {
-                const float s = subgroupAdd(acc[r][t]);
-                if (subgroupElect() && row0 + r < pc.N && t < pc.T) y[t * pc.ldy + pc.y0 + row0 + r] = s;
-            }
-        return;
-    }
+// s[r][t] is this invocation's segment sum (zeros past the last block); the outputs go to
+// y[t * ldy + y0 + row].
+void store_row_sums(uint row0, uint segments, float s[NUM_ROWS][MAX_COLS]) {
     for (uint r = 0u; r < NUM_ROWS; ++r)
-        for (uint t = 0u; t < MAX_COLS; ++t) {
-            const float s = subgroupAdd(acc[r][t]);
-            if (subgroupElect()) partial[r * MAX_COLS + t][gl_SubgroupID] = s;
-        }
+        for (uint t = 0u; t < MAX_COLS; ++t)
+            if (t < pc.T) seg_sums[r * MAX_COLS + t][gl_LocalInvocationID.x] = s[r][t];
     barrier();
-    const uint o = gl_LocalInvocationID.x;
-    if (o < NUM_ROWS * MAX_COLS) {
+    for (uint o = gl_LocalInvocationID.x; o < NUM_ROWS * MAX_COLS; o += gl_WorkGroupSize.x) {
         const uint r = o / MAX_COLS, t = o % MAX_COLS;
-        if (row0 + r < pc.N && t < pc.T) {
-            float s = 0.0;
-            for (uint i = 0u; i < gl_NumSubgroups; ++i) s += partial[o][i];
-            y[t * pc.ldy + pc.y0 + row0 + r] = s;
-        }
+        if (row0 + r >= pc.N || t >= pc.T) continue;
+        precise float sum = 0.0;
+        for (uint i = 0u; i < segments; ++i) sum += seg_sums[o][i];
+        y[t * pc.ldy + pc.y0 + row0 + r] = sum;
     }
 }

@@ -76,6 +76,14 @@ uint32_t matvec_group(const Context& c) { return std::clamp<uint32_t>(c.info().s
 // took a 576x576 Q4_1 decode from 6.8 to 3.3 ms of CPU time) more rows spread.
 uint32_t matvec_rows(const Context& c) { return c.info().type == "cpu" ? 8 : 2; }
 
+// Blocks of 32 per segment of a row (matvec_sums.glsl): as many as make one segment per invocation
+// of the matrix-vector workgroup. The tiled kernels add their blocks in the same segments, so the
+// order of every sum, hence every output's bits, is the same through either kernel on this device.
+uint32_t seg_blocks(const Context& c, uint32_t K) {
+    const uint32_t blocks = (K + 31) / 32, group = matvec_group(c);
+    return std::max<uint32_t>(1, (blocks + group - 1) / group);
+}
+
 void spread(const Context& c, uint64_t n, uint32_t* gx, uint32_t* gy) {
     const uint64_t max_x = std::min<uint32_t>(c.info().max_workgroup_count[0], 65535);
     *gx = n ? (uint32_t)std::min<uint64_t>(n, max_x) : 0;
@@ -130,14 +138,14 @@ void matvec(Context& c, uint32_t type, const Buffer& w, BufferRange x, BufferRan
         throw std::invalid_argument("Vulkan linear: the matrix-vector kernel takes at most " +
                                     std::to_string(kMatVecCols) + " tokens, got " + std::to_string(T));
     struct {
-        uint32_t N, K, T, row_bytes, ldy, y0, d_base;
-    } push{N, K, T, row_bytes(type, K), cols.ldy ? cols.ldy : N, cols.col0, 0};
+        uint32_t N, K, T, row_bytes, ldy, y0, seg_blocks, d_base;
+    } push{N, K, T, row_bytes(type, K), cols.ldy ? cols.ldy : N, cols.col0, seg_blocks(c, K), 0};
     const uint32_t rows_per_group = matvec_rows(c);
     const std::vector<uint32_t> spec{matvec_group(c), rows_per_group};
     uint32_t gx, gy;
     spread(c, (N + rows_per_group - 1) / rows_per_group, &gx, &gy);
     if (!int8) {
-        // linear_matvec.comp's push constants are the first six fields (no d_base).
+        // linear_matvec.comp's push constants are all but d_base.
         const Pipeline& p = c.pipeline(kernel_name("linear_matvec", type), 3, sizeof(push) - 4, spec);
         c.dispatch(p, {BufferRange{&w, 0}, x, y}, &push, gx, gy);
         return;
@@ -152,12 +160,12 @@ void matvec(Context& c, uint32_t type, const Buffer& w, BufferRange x, BufferRan
 void tiled(Context& c, uint32_t type, const Buffer& w, BufferRange x, BufferRange y, uint32_t T, uint32_t N,
            uint32_t K, OutColumns cols, bool int8, const Q8Input* q8) {
     struct {
-        uint32_t N, K, T, row_bytes, tiles_n, ldy, y0, d_base;
-    } push{N, K, T, row_bytes(type, K), (N + kTile - 1) / kTile, cols.ldy ? cols.ldy : N, cols.col0, 0};
+        uint32_t N, K, T, row_bytes, tiles_n, ldy, y0, seg_blocks, d_base;
+    } push{N, K, T, row_bytes(type, K), (N + kTile - 1) / kTile, cols.ldy ? cols.ldy : N, cols.col0, seg_blocks(c, K), 0};
     uint32_t gx, gy;
     spread(c, (uint64_t)push.tiles_n * ((T + kTile - 1) / kTile), &gx, &gy);
     if (!int8) {
-        // linear_tiled.comp's push constants are the first seven fields (no d_base).
+        // linear_tiled.comp's push constants are all but d_base.
         const Pipeline& p = c.pipeline(kernel_name("linear_tiled", type), 3, sizeof(push) - 4);
         c.dispatch(p, {BufferRange{&w, 0}, x, y}, &push, gx, gy);
         return;
