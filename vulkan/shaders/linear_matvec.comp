@@ -55,8 +55,8 @@ void main() {
     float seg[NUM_ROWS][MAX_COLS];
     for (uint r = 0u; r < NUM_ROWS; ++r)
         for (uint t = 0u; t < MAX_COLS; ++t) seg[r][t] = 0.0;
-    const uint b_end = min(blocks, (gl_LocalInvocationID.x + 1u) * pc.seg_blocks);
-    for (uint b = gl_LocalInvocationID.x * pc.seg_blocks; b < b_end; ++b) {
+    const uint b_end = segment_end(blocks);
+    for (uint b = segment_begin(); b < b_end; ++b) {
         float c[NUM_ROWS][MAX_COLS];
         for (uint r = 0u; r < NUM_ROWS; ++r)
             for (uint t = 0u; t < MAX_COLS; ++t) c[r][t] = 0.0;
@@ -79,5 +79,5 @@ void main() {
                 seg[r][t] = v;
             }
     }
-    store_row_sums(row0, (blocks + pc.seg_blocks - 1u) / pc.seg_blocks, seg);
+    store_row_sums(row0, blocks, seg);
 }

@@ -43,8 +43,8 @@ void main() {
     float seg[NUM_ROWS][MAX_COLS];
     for (uint r = 0u; r < NUM_ROWS; ++r)
         for (uint t = 0u; t < MAX_COLS; ++t) seg[r][t] = 0.0;
-    const uint b_end = min(blocks, (gl_LocalInvocationID.x + 1u) * pc.seg_blocks);
-    for (uint b = gl_LocalInvocationID.x * pc.seg_blocks; b < b_end; ++b) {
+    const uint b_end = segment_end(blocks);
+    for (uint b = segment_begin(); b < b_end; ++b) {
         uvec4 xa[MAX_COLS], xb[MAX_COLS];
         vec2 ds[MAX_COLS], sx[MAX_COLS];   // sx: each half's sum of qx (its dot with bytes of 1)
         for (uint t = 0u; t < MAX_COLS; ++t)
@@ -77,5 +77,5 @@ void main() {
             }
         }
     }
-    store_row_sums(row0, (blocks + pc.seg_blocks - 1u) / pc.seg_blocks, seg);
+    store_row_sums(row0, blocks, seg);
 }

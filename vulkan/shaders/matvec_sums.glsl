@@ -11,9 +11,14 @@
 
 shared float seg_sums[NUM_ROWS * MAX_COLS][MAX_GROUP];
 
+// This invocation's segment: blocks [segment_begin(), segment_end(blocks)).
+uint segment_begin() { return gl_LocalInvocationID.x * pc.seg_blocks; }
+uint segment_end(uint blocks) { return min(blocks, (gl_LocalInvocationID.x + 1u) * pc.seg_blocks); }
+
 // s[r][t] is this invocation's segment sum (zeros past the last block); the outputs go to
 // y[t * ldy + y0 + row].
-void store_row_sums(uint row0, uint segments, float s[NUM_ROWS][MAX_COLS]) {
+void store_row_sums(uint row0, uint blocks, float s[NUM_ROWS][MAX_COLS]) {
+    const uint segments = (blocks + pc.seg_blocks - 1u) / pc.seg_blocks;
     for (uint r = 0u; r < NUM_ROWS; ++r)
         for (uint t = 0u; t < MAX_COLS; ++t)
             if (t < pc.T) seg_sums[r * MAX_COLS + t][gl_LocalInvocationID.x] = s[r][t];

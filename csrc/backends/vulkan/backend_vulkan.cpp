@@ -305,22 +305,16 @@ std::vector<VulkanBackend::RowWindow> VulkanBackend::pieces(const WeightRef& w) 
 }
 
 // Tokens [t0, t0 + rows) through op_linear_rows's kernel (matrix-vector or tiled), each piece
-// writing its columns of y. The integer-dot kernels read x quantized to q8_1: q8 holds it, made
-// here by the first matrix that needs it and reused by the others of the group.
+// writing its columns of y. q8: x quantized to q8_1, made by the first integer-dot product of the
+// group and read by the others.
 void VulkanBackend::linear_rows(const WeightRef& w, vk::Buffer& bx, vk::Buffer& by, uint32_t t0, uint32_t rows,
                                 std::optional<vk::Q8Input>& q8) {
-    vk::Context& ctx = mem_->ctx();
     const uint32_t K = u32(w.ne0, "columns"), N = u32(w.ne1, "rows");
     const vk::BufferRange x{&bx, (uint64_t)t0 * K * 4}, y{&by, (uint64_t)t0 * N * 4};
-    const bool int8 = vk::use_int8_dot(ctx, (uint32_t)w.type);
-    if (int8 && !q8) {
-        mem_->record();
-        q8 = vk::op_quantize_q8_1(ctx, x, rows, K);
-    }
     for (const RowWindow& r : pieces(w)) {
         mem_->record();
-        vk::op_linear_rows(ctx, (uint32_t)w.type, buf(r.data, w.name.c_str()), x, y, rows, u32(r.rows, "rows"), K,
-                           vk::OutColumns{N, u32(r.row0, "window row")}, int8 ? &*q8 : nullptr);
+        vk::op_linear_rows(mem_->ctx(), (uint32_t)w.type, buf(r.data, w.name.c_str()), x, y, rows, u32(r.rows, "rows"),
+                           K, vk::OutColumns{N, u32(r.row0, "window row")}, &q8);
     }
 }
 

@@ -2,6 +2,7 @@
 // dispatch into the context's open command buffer (Context::begin ... submit_and_wait), so a
 // caller strings several together in one submission.
 #pragma once
+#include <optional>
 #include "backends/vulkan/footprint_vulkan.h"
 #include "backends/vulkan/vk_context.h"
 
@@ -47,10 +48,11 @@ struct Q8Input {
 Q8Input op_quantize_q8_1(Context& c, BufferRange x, uint32_t T, uint32_t K);
 // The product with linear_kernel_for's kernel on T tokens of x and y bound from byte offsets
 // (multiples of the device's alignment: Context::bindable_offset): a batch taken some rows at a
-// time. q8: x already quantized (op_quantize_q8_1 of the same rows), read by the integer-dot
-// kernels instead of quantizing x again; null: quantized here when the kernel needs it.
+// time. shared_q8: x quantized once for the matrices that read it: an integer-dot kernel reads
+// the one held there, or quantizes x and leaves it there for the next; null: quantized for this
+// product alone.
 void op_linear_rows(Context& c, uint32_t type, const Buffer& w, BufferRange x, BufferRange y, uint32_t T, uint32_t N,
-                    uint32_t K, OutColumns cols = {}, const Q8Input* q8 = nullptr);
+                    uint32_t K, OutColumns cols = {}, std::optional<Q8Input>* shared_q8 = nullptr);
 // The kernel Auto picks for T tokens of `type`: MatVec up to 4 tokens, else Tiled; their Int8
 // forms where use_int8_dot holds.
 LinearKernel linear_kernel_for(const Context& c, uint32_t type, uint32_t T);

@@ -203,8 +203,11 @@ LinearKernel linear_kernel_for(const Context& c, uint32_t type, uint32_t T) {
 }
 
 void op_linear_rows(Context& c, uint32_t type, const Buffer& w, BufferRange x, BufferRange y, uint32_t T, uint32_t N,
-                    uint32_t K, OutColumns cols, const Q8Input* q8) {
-    run_linear(c, linear_kernel_for(c, type, T), type, w, x, y, T, N, K, cols, q8);
+                    uint32_t K, OutColumns cols, std::optional<Q8Input>* shared_q8) {
+    const LinearKernel kernel = linear_kernel_for(c, type, T);
+    const bool int8 = kernel == LinearKernel::MatVecInt8 || kernel == LinearKernel::TiledInt8;
+    if (int8 && shared_q8 && !*shared_q8) *shared_q8 = op_quantize_q8_1(c, x, T, K);
+    run_linear(c, kernel, type, w, x, y, T, N, K, cols, int8 && shared_q8 ? &**shared_q8 : nullptr);
 }
 
 void op_dequantize(Context& c, uint32_t type, const Buffer& w, Buffer& out, uint32_t rows, uint32_t K) {
