@@ -2,7 +2,7 @@
 
 Against llama.cpp's own tools where they are built (benchmarks/llamacpp_tools_build.py; skipped
 otherwise): our imatrix of SmolLM2 equals llama-imatrix's on the same text and chunking (same
-entries, equal counts, sums within float-accumulation tolerance), each tool reads the other's
+entries, equal counts, the first layers' sums to float rounding, the rest within their sensitivity), each tool reads the other's
 file, and `localllm quantize --imatrix` writes llama-quantize --imatrix's tensor bytes for every
 preset of docs/quantization.md. Without them: the file format round trip, its errors, the
 collector's invariants and the weighted quantizers' defining property.
@@ -65,7 +65,8 @@ def theirs(calibration, tmp_path_factory) -> Path:
     tool = llama_tool("llama-imatrix")
     out = tmp_path_factory.mktemp("theirs") / "imatrix.gguf"
     r = subprocess.run([str(tool), "-m", str(model_file("smollm2-135m-q4_1")), "-f", str(calibration), "-o", str(out),
-                        "-c", str(CHUNK), "-b", str(CHUNK), "--chunks", str(CHUNKS), "--no-ppl", "-t", "2"],
+                        "-c", str(CHUNK), "-b", str(CHUNK), "--chunks", str(CHUNKS), "--no-ppl", "-t", "2",
+                        "-fa", "off"],    # the attention our llama.cpp numerics follow (its default is flash)
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     return out
@@ -96,12 +97,16 @@ def test_ours_matches_llama_imatrix(ours, theirs):
     assert (a.chunk_count, a.chunk_size) == (b.chunk_count, b.chunk_size)
     for name in a.sums:
         assert np.array_equal(a.counts[name], b.counts[name]), name
-        # Our forward's activations are not llama.cpp's bit for bit here (the cause is open, see
-        # docs/quantization.md): per tensor the sums agree within 3% (L2 norm of the difference;
-        # measured up to 1.7% on ffn_down, 1e-4 on the attention inputs).
+        # The first two layers' inputs are llama.cpp's to float rounding (measured 7e-6 at most:
+        # the order in which the squares are added). Past them the forwards part by their last
+        # bits, and these sums over 384 tokens, led by a few large activations, magnify that: up
+        # to 1.3% here, while llama-imatrix itself moves up to 1.9% when its model's norm weights
+        # move by one ulp (docs/quantization.md). So 3% there, which a collector that drops or
+        # double-counts rows, or reads the wrong input, does not meet.
+        layer = int(name.split(".")[1])
         ref = b.sums[name].astype(np.float64)
         rel = np.linalg.norm(a.sums[name] - ref) / np.linalg.norm(ref)
-        assert rel <= 3e-2, f"{name}: sums differ by {rel:.2%} (L2)"
+        assert rel <= (1e-4 if layer < 2 else 3e-2), f"{name}: sums differ by {rel:.2%} (L2)"
 
 
 def test_each_tool_reads_the_others_file(ours, theirs, tmp_path):
