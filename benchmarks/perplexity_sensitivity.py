@@ -10,7 +10,7 @@ and the original are scored by llama.cpp's `llama-perplexity` (c=512, the whole 
 benchmarks/imatrix_quality.py does) and, with --ours, by `localllm perplexity`.
 
     python benchmarks/perplexity_sensitivity.py FILE.gguf [FILE.gguf ...] [--seeds 2] [--ours]
-        [--threads 2] [--out benchmarks/results/perplexity_sensitivity_DATE.json]
+        [--seed-start 0] [--threads 2] [--out benchmarks/results/perplexity_sensitivity_DATE.json]
 """
 from __future__ import annotations
 
@@ -58,6 +58,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("files", nargs="+", type=Path)
     ap.add_argument("--seeds", type=int, default=2, help="nudged copies per file")
+    ap.add_argument("--seed-start", type=int, default=0,
+                    help="first seed; above 0 the original files are not scored again (a continued run)")
     ap.add_argument("--ours", action="store_true", help="also score each file with localllm perplexity")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--work", type=Path, default=Path.home() / ".cache/localllm/ppl-sensitivity")
@@ -71,8 +73,8 @@ def main() -> None:
             "llamacpp": "vendored in llama-cpp-python 0.3.36", "ctx": 512, "files": []}
     for src in args.files:
         row = {"file": src.name, "llamacpp": [], "localllm": []}
-        variants = [(src, None)]
-        for seed in range(args.seeds):
+        variants = [(src, None)] if args.seed_start == 0 else []
+        for seed in range(args.seed_start, args.seed_start + args.seeds):
             dst = args.work / f"{src.stem}-nudged{seed}.gguf"
             row["nudged_elements"] = nudged_copy(src, dst, seed)
             variants.append((dst, seed))
@@ -85,8 +87,9 @@ def main() -> None:
         row["llamacpp_spread_pct"] = spread([r["ppl"] for r in row["llamacpp"]])
         if args.ours:
             row["localllm_spread_pct"] = spread([r["ppl"] for r in row["localllm"]])
-        for path, _seed in variants[1:]:
-            path.unlink()
+        for path, seed in variants:
+            if seed is not None:
+                path.unlink()
         data["files"].append(row)
         out.write_text(json.dumps(data, indent=1) + "\n")
     for row in data["files"]:
