@@ -26,7 +26,7 @@ sys.path[:0] = [str(REPO / "python")]
 from llamacpp_tools_build import ensure_llamacpp_tools  # noqa: E402
 from perplexity_sensitivity import nudged_copy  # noqa: E402
 
-CORPUS = Path("/work/shared/corpus/gpl-3.txt")
+CORPUS = REPO / "tests" / "data" / "corpus" / "gpl-3.txt"   # the text tests/test_imatrix.py cuts
 KINDS = ("attn_q", "attn_output", "ffn_gate", "ffn_down")
 CHUNK, CHUNKS = 128, 3
 

@@ -3,10 +3,10 @@
 docs/quantization.md's comparison of our perplexity with llama.cpp's on the same file.
 
 Each GGUF is copied with every nonzero F32 normalization weight (the 1-D `*norm.weight` tensors)
-moved by one unit in the last place, up or down at random per element (a seeded draw; the quantized matrices
-are untouched). Such a copy is the same model to within float rounding: it is what a different
-summation order does to a forward, made reproducible and given to both tools alike. Both copies
-and the original are scored by llama.cpp's `llama-perplexity` (c=512, the whole corpus, as
+moved by one unit in the last place, up or down at random per element (a seeded draw; the
+quantized matrices are untouched). Such a copy is the same model to within float rounding: it is
+what a different summation order does to a forward, made reproducible and given to both tools
+alike. The copies and the original are scored by llama.cpp's `llama-perplexity` (c=512, the whole corpus, as
 benchmarks/imatrix_quality.py does) and, with --ours, by `localllm perplexity`.
 
     python benchmarks/perplexity_sensitivity.py FILE.gguf [FILE.gguf ...] [--seeds 2] [--ours]

@@ -2,9 +2,9 @@
 
 Against llama.cpp's own tools where they are built (benchmarks/llamacpp_tools_build.py; skipped
 otherwise): our imatrix of SmolLM2 equals llama-imatrix's on the same text and chunking (same
-entries, equal counts, the first layers' sums to float rounding, the rest within their sensitivity), each tool reads the other's
-file, and `localllm quantize --imatrix` writes llama-quantize --imatrix's tensor bytes for every
-preset of docs/quantization.md. Without them: the file format round trip, its errors, the
+entries, equal counts, the first layers' sums to float rounding, the rest within their
+sensitivity), each tool reads the other's file, and `localllm quantize --imatrix` writes
+llama-quantize --imatrix's tensor bytes for every preset of docs/quantization.md. Without them: the file format round trip, its errors, the
 collector's invariants and the weighted quantizers' defining property.
 """
 from __future__ import annotations
