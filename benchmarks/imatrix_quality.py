@@ -15,7 +15,7 @@ importance matrix, each file scored by `localllm perplexity` and by llama.cpp's 
 * Each file is quantized once, by localllm; `llama-quantize` quantizes the same input with the same
   imatrix for the presets of --verify, and the two files are compared (whole file with `cmp`, and
   tensor by tensor). Where they differ, llama-perplexity also scores llama.cpp's own file.
-* Evaluation: perplexity at c=512 over the whole of /work/shared/corpus/gpl-3.txt, both tools with
+* Evaluation: perplexity at c=512 over the whole of tests/data/corpus/gpl-3.txt, both tools with
   the same threads, on the same file. Without an imatrix both tools refuse IQ2_XS / IQ3_XXS where
   some tensor would get that type (those rows record the refusal); where every such tensor falls
   back to another type, both accept and the row is measured.
@@ -44,7 +44,7 @@ from pathlib import Path
 from llamacpp_tools_build import ensure_llamacpp_tools
 from machine import cpu_model, localllm_isa
 
-CORPUS = Path("/work/shared/corpus/gpl-3.txt")
+CORPUS = Path(__file__).resolve().parent.parent / "tests" / "data" / "corpus" / "gpl-3.txt"
 CALIBRATION_MODULES = ["argparse", "asyncio", "collections", "concurrent.futures", "csv", "dataclasses", "datetime",
                        "email.message", "functools", "http.client", "inspect", "itertools", "json", "logging",
                        "pathlib", "pickle", "random", "re", "shutil", "sqlite3", "string", "subprocess",
@@ -83,9 +83,10 @@ def localllm(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return run([sys.executable, "-m", "localllm_cli", *args], check=check)
 
 
-def ppl_ours(model: Path, threads: int) -> dict:
+def ppl_ours(model: Path, threads: int, numerics: str = "fast") -> dict:
     t0 = time.perf_counter()
-    r = localllm("perplexity", "-m", str(model), "-f", str(CORPUS), "-c", "512", "-t", str(threads))
+    r = localllm("perplexity", "-m", str(model), "-f", str(CORPUS), "-c", "512", "-t", str(threads),
+                 "--numerics", numerics)
     out = r.stdout + r.stderr
     m = re.search(r"PPL = ([0-9.]+) \+/- ([0-9.]+)", out)
     chunks = re.search(r"chunks (\d+), scored tokens (\d+)", out)
@@ -197,13 +198,27 @@ def table(data: dict) -> str:
     return "\n".join(lines)
 
 
+def collect_imatrix(src: Path, calib: Path, im: Path, chunks: int, threads: int) -> subprocess.CompletedProcess:
+    return localllm("imatrix", "-m", str(src), "-f", str(calib), "-o", str(im), "-c", "512", "--chunks",
+                    str(chunks), "-t", str(threads), "-q")
+
+
+def quantize(src: Path, out: Path, preset: str, im: Path | None, threads: int) -> None:
+    """A table row's file: the source re-quantized to the preset, weighted by `im` when given."""
+    localllm("quantize", str(src), str(out), preset, "--allow-requantize", "-q",
+             "-t", str(threads), *(["--imatrix", str(im)] if im else []))
+
+
+def row_file(work: Path, key: str, preset: str, weighted: bool) -> Path:
+    return work / f"{key}-{preset}{'-imatrix' if weighted else ''}.gguf"
+
+
 def ensure_imatrix(key: str, src: Path, calib: Path, work: Path, args, data: dict, out_path: Path) -> Path:
     """The model's imatrix from the calibration text, collected once and kept in `work`."""
     im = work / f"imatrix-{key}.gguf"
     if not im.exists():
         t0 = time.perf_counter()
-        r = localllm("imatrix", "-m", str(src), "-f", str(calib), "-o", str(im), "-c", "512", "--chunks",
-                     str(args.chunks), "-t", str(args.threads), "-q")
+        r = collect_imatrix(src, calib, im, args.chunks, args.threads)
         data["imatrices"][key] = {"source": src.name, "chunks": args.chunks,
                                   "seconds": round(time.perf_counter() - t0, 1),
                                   "log": (r.stdout + r.stderr).strip().splitlines()[-2:]}
@@ -223,10 +238,9 @@ def measure_row(key: str, src: Path, preset: str, weighted: bool, im: Path, work
         row["refused"] = row["localllm_refuses"]
     if row.get("refused"):
         return row
-    out = work / f"{key}-{preset}{'-imatrix' if weighted else ''}.gguf"
+    out = row_file(work, key, preset, weighted)
     t0 = time.perf_counter()
-    localllm("quantize", str(src), str(out), preset, "--allow-requantize", "-q",
-             "-t", str(args.threads), *(["--imatrix", str(im)] if weighted else []))
+    quantize(src, out, preset, im if weighted else None, args.threads)
     row.update(quantize_seconds=round(time.perf_counter() - t0, 1), bytes=out.stat().st_size,
                bpw=round(bits_per_weight(out), 4), types=type_counts(out))
     if weighted and preset in args.verify.split(","):

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <vector>
 
 #include "backends/vulkan/spirv_registry.h"
 
@@ -116,13 +117,16 @@ Context::Context(int device_index) : instance_(Instance::get()), info_(instance_
     // The integer-dot kernels (linear_matvec_q8) need the feature enabled on the device.
     VkPhysicalDeviceShaderIntegerDotProductFeatures idot{
         VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES};
-    const char* idot_ext = VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME;
+    std::vector<const char*> exts;
     if (info_.integer_dot_product) {
         idot.shaderIntegerDotProduct = VK_TRUE;
         di.pNext = &idot;
-        di.enabledExtensionCount = 1;
-        di.ppEnabledExtensionNames = &idot_ext;
+        exts.push_back(VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME);
     }
+    // The spec requires it enabled where listed (MoltenVK); our kernels use nothing it restricts.
+    if (info_.portability_subset) exts.push_back("VK_KHR_portability_subset");
+    di.enabledExtensionCount = (uint32_t)exts.size();
+    di.ppEnabledExtensionNames = exts.data();
     check(ifn.vkCreateDevice(info_.handle, &di, nullptr, &device_), ("vkCreateDevice on " + info_.name).c_str());
     context_opened();
     try {

@@ -157,6 +157,7 @@ DeviceInfo describe(const InstanceFns& f, VkPhysicalDevice pd) {
     const auto exts = enumerate_all<VkExtensionProperties>(
         [&](uint32_t* n, VkExtensionProperties* out) { return f.vkEnumerateDeviceExtensionProperties(pd, nullptr, n, out); });
     d.memory_budget = has_extension(exts, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
+    d.portability_subset = has_extension(exts, "VK_KHR_portability_subset");
     read_features(f, pd, exts, &d);
     read_memory(f, pd, &d);
     if (!d.subgroup_arithmetic) d.unusable_reason = "no subgroup arithmetic in compute shaders";

@@ -26,6 +26,9 @@ struct DeviceInfo {
     bool subgroup_arithmetic = false;   // subgroupAdd in compute shaders: our kernels' reductions
     bool fp16 = false, int8 = false, storage_8bit = false, storage_16bit = false;
     bool integer_dot_product = false, cooperative_matrix = false;
+    // VK_KHR_portability_subset: a layered implementation (MoltenVK on Apple GPUs) that a device
+    // must enable when it lists it.
+    bool portability_subset = false;
     // integer_dot_product: VK_KHR_shader_integer_dot_product with shaderIntegerDotProduct;
     // accelerated: the driver's word that packed int8 dot products run faster than the equivalent
     // plain integer code (false on lavapipe).

@@ -1,44 +1,81 @@
-// vk_loader.cpp — dlopen of the Vulkan loader and the function tables (see vk_loader.h).
+// vk_loader.cpp — the Vulkan loader opened at run time (dlopen, LoadLibrary) and the function
+// tables (see vk_loader.h).
 #ifdef LOCALLLM_HAVE_VULKAN
 #include "backends/vulkan/vk_loader.h"
 
+#include <stdlib.h>
+
+#include <iterator>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #if defined(_WIN32)
-// TODO(windows): LoadLibraryA("vulkan-1.dll") / GetProcAddress.
+#define WIN32_LEAN_AND_MEAN
+#include <windows.h>
 #else
 #include <dlfcn.h>
 #endif
 
 namespace lll::vk {
 
-static Loader open_loader(std::string* why) {
-    Loader l;
+namespace {
+
+// Where the loader is, by platform: the system's loader on Linux and Windows; on macOS the Vulkan
+// SDK's or Homebrew's loader (whose directories a protected process's dlopen does not search by
+// name), else MoltenVK itself, which exports vkGetInstanceProcAddr as a loader does.
 #if defined(_WIN32)
-    *why = "the Vulkan loader is not yet opened on Windows";
-    return l;
+const char* const kLoaderNames[] = {"vulkan-1.dll"};
+#elif defined(__APPLE__)
+const char* const kLoaderNames[] = {"libvulkan.1.dylib", "/usr/local/lib/libvulkan.1.dylib",
+                                    "/opt/homebrew/lib/libvulkan.1.dylib", "libMoltenVK.dylib",
+                                    "/usr/local/lib/libMoltenVK.dylib", "/opt/homebrew/lib/libMoltenVK.dylib"};
 #else
+const char* const kLoaderNames[] = {"libvulkan.so.1", "libvulkan.so"};
+#endif
+
+// The library's vkGetInstanceProcAddr (null with *error set when it does not open or lacks it).
+PFN_vkGetInstanceProcAddr open_library(const char* name, std::string* error) {
+#if defined(_WIN32)
+    HMODULE lib = LoadLibraryA(name);
+    if (!lib) {
+        *error = std::string(name) + ": LoadLibrary failed (error " + std::to_string(GetLastError()) + ")";
+        return nullptr;
+    }
+    auto fn = reinterpret_cast<PFN_vkGetInstanceProcAddr>(
+        reinterpret_cast<void*>(GetProcAddress(lib, "vkGetInstanceProcAddr")));
+#else
+    void* lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        const char* e = dlerror();
+        *error = e ? e : name;
+        return nullptr;
+    }
+    auto fn = reinterpret_cast<PFN_vkGetInstanceProcAddr>(dlsym(lib, "vkGetInstanceProcAddr"));
+#endif
+    if (!fn) *error = std::string(name) + " has no vkGetInstanceProcAddr";
+    return fn;
+}
+
+// LOCALLLM_VULKAN_LOADER names the one library to open; else the platform's names in turn.
+Loader open_loader(std::string* why) {
+    Loader l;
     const char* env = getenv("LOCALLLM_VULKAN_LOADER");
-    const char* candidates[] = {env && *env ? env : "libvulkan.so.1", env && *env ? nullptr : "libvulkan.so"};
-    void* lib = nullptr;
+    std::vector<const char*> names;
+    if (env && *env) names.push_back(env);
+    else names.assign(std::begin(kLoaderNames), std::end(kLoaderNames));
     std::string errors;
-    for (const char* name : candidates) {
-        if (!name) continue;
-        lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-        if (lib) {
+    for (const char* name : names) {
+        std::string error;
+        l.vkGetInstanceProcAddr = open_library(name, &error);
+        if (l.vkGetInstanceProcAddr) {
             l.path = name;
             break;
         }
-        const char* e = dlerror();
-        errors += std::string(errors.empty() ? "" : "; ") + (e ? e : name);
+        errors += (errors.empty() ? "" : "; ") + error;
     }
-    if (!lib) {
-        *why = "no Vulkan loader: " + errors;
-        return l;
-    }
-    l.vkGetInstanceProcAddr = reinterpret_cast<PFN_vkGetInstanceProcAddr>(dlsym(lib, "vkGetInstanceProcAddr"));
     if (!l.vkGetInstanceProcAddr) {
-        *why = l.path + " has no vkGetInstanceProcAddr";
+        *why = "no Vulkan loader: " + errors;
         return l;
     }
 #define LLL_VK_LOAD_GLOBAL(name) l.name = reinterpret_cast<PFN_##name>(l.vkGetInstanceProcAddr(nullptr, #name));
@@ -48,8 +85,9 @@ static Loader open_loader(std::string* why) {
     // A 1.0 loader has no vkEnumerateInstanceVersion; the compute context needs 1.1 (subgroups).
     else if (!l.vkEnumerateInstanceVersion) *why = l.path + " is a Vulkan 1.0 loader (1.1 needed)";
     return l;
-#endif
 }
+
+}  // namespace
 
 const Loader* loader(std::string* why) {
     static std::string failure;
