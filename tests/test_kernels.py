@@ -42,11 +42,12 @@ MUST_HAVE_SIMD = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q8_0, T.Q4_K, T.Q6_K, T.F16, T.F32]
 # On aarch64 the float rows have no dotprod or i8mm form (Neon's run), the K-quants no i8mm one
 # (dotprod's run), and the types beyond the reference models' run the scalar reference.
 FALLBACKS: dict[T, dict[int, int]] = {
-    T.IQ4_NL: {AVX512: AVX2}, T.IQ4_XS: {AVX512: AVX2},
     T.F32: {DOTPROD: NEON, I8MM: NEON}, T.F16: {DOTPROD: NEON, I8MM: NEON},
     T.Q4_K: {I8MM: DOTPROD}, T.Q6_K: {I8MM: DOTPROD},
     **{t: {NEON: SCALAR, DOTPROD: SCALAR, I8MM: SCALAR}
-       for t in [T.Q5_1, T.Q2_K, T.Q3_K, T.Q5_K, T.BF16, T.IQ4_NL, T.IQ4_XS]},
+       for t in [T.Q5_1, T.Q2_K, T.Q3_K, T.Q5_K, T.BF16]},
+    # Both architectures' fallbacks in one entry: a second key for the type would replace the first.
+    **{t: {AVX512: AVX2, NEON: SCALAR, DOTPROD: SCALAR, I8MM: SCALAR} for t in [T.IQ4_NL, T.IQ4_XS]},
 }
 
 F16_EPS = 2.0 ** -11   # unit roundoff of fp16
