@@ -4,10 +4,10 @@ Unigram tokenizer trained on local text and wrapped as transformers' XLMRobertaT
 
 Two tokenizers: `sentencepiece`'s trainer with its default nmt_nfkc normalization (so the
 tokenizer carries a precompiled charsmap, as XLM-R's does), converted by transformers; and
-`tokenizers`' UnigramTrainer (no charsmap)."""
+its trainer again without normalization, its pieces given to XLMRobertaTokenizerFast as a plain
+vocabulary (no charsmap). Both are trained on one thread, so every run makes the same files."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
@@ -59,15 +59,22 @@ def _spm_tokenizer(out: Path, work: Path) -> None:
     XLMRobertaTokenizerFast.from_pretrained(str(work)).save_pretrained(str(out))
 
 
-def _unigram_tokenizer(out: Path) -> None:
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+def _unigram_tokenizer(out: Path, work: Path) -> None:
+    """Pieces and scores from sentencepiece's Unigram trainer without normalization (on one
+    thread it is deterministic; `tokenizers`' UnigramTrainer picked different pieces from run to
+    run), given to XLMRobertaTokenizerFast as a plain vocabulary: no charsmap."""
+    import sentencepiece as spm
     from transformers import XLMRobertaTokenizerFast
-    tok = Tokenizer(models.Unigram())
-    tok.pre_tokenizer = pre_tokenizers.Metaspace()
-    trainer = trainers.UnigramTrainer(vocab_size=300, special_tokens=["<s>", "<pad>", "</s>", "<unk>"],
-                                      unk_token="<unk>", show_progress=False)
-    tok.train_from_iterator(CORPUS * 10, trainer)
-    vocab = [tuple(p) for p in json.loads(tok.to_str())["model"]["vocab"]] + [("<mask>", 0.0)]
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "corpus.txt").write_text("\n".join(CORPUS * 10), encoding="utf-8")
+    spm.SentencePieceTrainer.train(input=str(work / "corpus.txt"), model_prefix=str(work / "plain"), vocab_size=300,
+                                   model_type="unigram", character_coverage=1.0, hard_vocab_limit=False,
+                                   normalization_rule_name="identity", num_threads=1, minloglevel=2)
+    sp = spm.SentencePieceProcessor(model_file=str(work / "plain.model"))
+    special = ["<s>", "<pad>", "</s>", "<unk>"]
+    pieces = [(sp.id_to_piece(i), sp.get_score(i)) for i in range(sp.get_piece_size())
+              if not (sp.is_unknown(i) or sp.is_control(i))]
+    vocab = [(t, 0.0) for t in special] + pieces + [("<mask>", 0.0)]
     XLMRobertaTokenizerFast(vocab=vocab).save_pretrained(str(out))
 
 
@@ -79,7 +86,7 @@ def build_xlmr(out: Path, classifier: bool, charsmap: bool = True) -> Path:
     if charsmap:
         _spm_tokenizer(out, out.parent / f"{out.name}-spm")
     else:
-        _unigram_tokenizer(out)
+        _unigram_tokenizer(out, out.parent / f"{out.name}-spm")
     n_vocab = len(tf.AutoTokenizer.from_pretrained(str(out)))
     torch.manual_seed(3 if classifier else 4)
     config = tf.XLMRobertaConfig(**XLMR, vocab_size=n_vocab, num_labels=1)
