@@ -23,10 +23,10 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "python")]
 
+from imatrix_quality import CORPUS  # noqa: E402   (the text tests/test_imatrix.py cuts)
 from llamacpp_tools_build import ensure_llamacpp_tools  # noqa: E402
 from perplexity_sensitivity import nudged_copy  # noqa: E402
 
-CORPUS = REPO / "tests" / "data" / "corpus" / "gpl-3.txt"   # the text tests/test_imatrix.py cuts
 KINDS = ("attn_q", "attn_output", "ffn_gate", "ffn_down")
 CHUNK, CHUNKS = 128, 3
 

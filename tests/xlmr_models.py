@@ -47,14 +47,19 @@ PAIRS = [
 ]
 
 
-def _spm_tokenizer(out: Path, work: Path) -> None:
+def _train_unigram(work: Path, prefix: str, vocab_size: int, **options) -> None:
+    """sentencepiece's Unigram trainer on the corpus, one thread (deterministic): work/prefix.model."""
     import sentencepiece as spm
-    from transformers import XLMRobertaTokenizerFast
     work.mkdir(parents=True, exist_ok=True)
     (work / "corpus.txt").write_text("\n".join(CORPUS * 10), encoding="utf-8")
-    spm.SentencePieceTrainer.train(input=str(work / "corpus.txt"), model_prefix=str(work / "m"), vocab_size=400,
-                                   model_type="unigram", character_coverage=1.0, hard_vocab_limit=False,
-                                   num_threads=1, minloglevel=2)
+    spm.SentencePieceTrainer.train(input=str(work / "corpus.txt"), model_prefix=str(work / prefix),
+                                   vocab_size=vocab_size, model_type="unigram", character_coverage=1.0,
+                                   hard_vocab_limit=False, num_threads=1, minloglevel=2, **options)
+
+
+def _spm_tokenizer(out: Path, work: Path) -> None:
+    from transformers import XLMRobertaTokenizerFast
+    _train_unigram(work, "m", 400)
     (work / "sentencepiece.bpe.model").write_bytes((work / "m.model").read_bytes())
     XLMRobertaTokenizerFast.from_pretrained(str(work)).save_pretrained(str(out))
 
@@ -65,11 +70,7 @@ def _unigram_tokenizer(out: Path, work: Path) -> None:
     run), given to XLMRobertaTokenizerFast as a plain vocabulary: no charsmap."""
     import sentencepiece as spm
     from transformers import XLMRobertaTokenizerFast
-    work.mkdir(parents=True, exist_ok=True)
-    (work / "corpus.txt").write_text("\n".join(CORPUS * 10), encoding="utf-8")
-    spm.SentencePieceTrainer.train(input=str(work / "corpus.txt"), model_prefix=str(work / "plain"), vocab_size=300,
-                                   model_type="unigram", character_coverage=1.0, hard_vocab_limit=False,
-                                   normalization_rule_name="identity", num_threads=1, minloglevel=2)
+    _train_unigram(work, "plain", 300, normalization_rule_name="identity")
     sp = spm.SentencePieceProcessor(model_file=str(work / "plain.model"))
     special = ["<s>", "<pad>", "</s>", "<unk>"]
     pieces = [(sp.id_to_piece(i), sp.get_score(i)) for i in range(sp.get_piece_size())
