@@ -154,6 +154,31 @@ def test_batch_invariance(hd, n_head, n_head_kv, window):
         assert np.array_equal(bits(alone.run(alone.rows_of(0), scale, window, kernel=kernel)), bits(base))
 
 
+@pytest.mark.parametrize("numerics", ["fast", "llama.cpp"])
+@pytest.mark.parametrize("hd,n_head,n_head_kv,lengths", [(32, 12, 12, [13, 5, 40]), (64, 8, 2, [70, 1, 17])])
+def test_rows_at_one_position_see_the_whole_sequence(hd, n_head, n_head_kv, lengths, numerics):
+    """An encoder's attention (Model::bidirectional_view): every row of a sequence queries at its
+    last position, so each sees all the sequence's keys. Many rows at one position in one call
+    give, bit for bit, what each gives queried alone (fast numerics), the same on every kernel, and
+    the float64 reference."""
+    b = make_batch(lengths, n_head, n_head_kv, hd, seed=3)
+    rows = np.arange(len(b.seq), dtype=np.int32)
+    last = np.array([lengths[s] - 1 for s in b.seq], np.int32)
+    scale = 1.0 / np.sqrt(hd)
+    run = lambda r, kernel: _harness.attention_test(b.q, b.k, b.v, b.positions, b.seq, b.tables, b.n_blocks, 16,
+                                                    r, scale, 0, kernel, 2, numerics, query_positions=last[r])
+    together = run(rows, -1)
+    bits = lambda a: a.view(np.uint32)
+    for kernel in KERNELS:
+        assert np.array_equal(bits(run(rows, kernel)), bits(together))
+    for t in (0, lengths[0] - 1, len(rows) - 1) if numerics == "fast" else ():   # llama.cpp's order depends
+        assert np.array_equal(bits(run(rows[t:t + 1], -1)), bits(together[t:t + 1]))  # on the call's row count
+    f16 = lambda a: a.astype(np.float16).astype(np.float64)
+    whole = Batch(b.q, b.k, b.v, last, b.seq, b.tables, b.n_blocks, 16)   # keys by sequence, at its last position
+    want = attend(whole, rows, f16(b.q), f16(b.k), f16(b.v), scale, 0)
+    assert np.abs(together - want).max() < 1e-3 * np.abs(b.v).max()
+
+
 @pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("numerics", ["fast", "llama.cpp"])
 def test_softcap(kernel, numerics):
@@ -208,7 +233,7 @@ def test_bad_input_raises():
     bad[0, 0] = b.n_blocks + 5
     with pytest.raises(ValueError, match="block"):
         _harness.attention_test(b.q, b.k, b.v, b.positions, b.seq, bad, b.n_blocks, 16, rows, 1.0)
-    with pytest.raises(ValueError, match="increase"):
+    with pytest.raises(ValueError, match="decrease"):
         _harness.attention_test(b.q, b.k, b.v, b.positions, b.seq, b.tables, b.n_blocks, 16, rows[::-1].copy(), 1.0)
     with pytest.raises(ValueError, match="window"):
         b.run(rows, 1.0, window=-1)

@@ -228,12 +228,12 @@ private:
     Backend* run_layers(const Batch& b);
     // The final hidden states of `rows` (after the output norm where there is one) to host `out`.
     void copy_hidden(Backend& be, const Batch& b, const int32_t* rows, int64_t n, float* out);
-    // For bidirectional architectures: b with each token its own one-token sequence placed at
-    // its sequence's last position, so causal attention over [0, pos] sees the whole sequence.
+    // For bidirectional architectures: b with every token at its sequence's last position, so
+    // causal attention over [0, pos] sees the whole sequence.
     const Batch& bidirectional_view(const Batch& b);
     struct AttnView {
         Batch batch;
-        std::vector<int32_t> positions, seqs, tables;
+        std::vector<int32_t> positions;
     } view_;
     Isa isa_;
     Numerics numerics_ = Numerics::Fast;

@@ -146,7 +146,8 @@ void validate(const KVCache& kv, const Batch& b, const Shape& sh) {
             bad("token " + std::to_string(t) + " has position " + std::to_string(pos) + " beyond its block table");
         const bool last_of_run = t + 1 == b.n_tokens || b.seq_of_token[t + 1] != seq;
         if (!last_of_run) {
-            if (b.positions[t + 1] <= pos) bad("positions of a sequence must increase within the batch");
+            // Equal positions: rows that see the same keys (an encoder's tokens, Model::bidirectional_view).
+            if (b.positions[t + 1] < pos) bad("positions of a sequence must not decrease within the batch");
             continue;
         }
         const int32_t* table = b.block_tables + (int64_t)seq * b.max_blocks;

@@ -30,7 +30,8 @@ bool attention_avx2_available();
 AttnKernel pick_attention_kernel(AttnKernel asked, bool avx512_fits, bool avx2_fits);
 
 // out[T, n_head*head_dim] = softmax(scale * q.K^T) . V per head, reading K/V of each token's
-// sequence through its block table, positions [max(0, pos - window + 1), pos] (window 0 = all).
+// sequence through its block table, positions [max(0, pos - window + 1), pos] (window 0 = all);
+// tokens of a sequence come in order of position, equal positions allowed (an encoder's tokens).
 // Numerics as llama.cpp without flash attention: q rounded to F16 for the q.k products (each a
 // sequential FMA over d), softmax with the max subtracted and a double sum of the exps (16 lanes
 // by key position mod 16, reduced as a fixed tree), probabilities rounded to F16 for the product
@@ -83,7 +84,7 @@ inline void softcap_rows(float* s, int R, int64_t span, int32_t lo, const int32_
         for (int32_t p = start[r]; p <= pos[r]; ++p) s[r * span + p - lo] = softcap_score(s[r * span + p - lo], cap);
 }
 
-// Query tokens [t0, t1) of one sequence (contiguous in the batch, increasing positions) and all
+// Query tokens [t0, t1) of one sequence (contiguous in the batch, positions that never decrease) and all
 // `group` query heads of kv head `kv_head`.
 struct Chunk {
     int64_t t0, t1;

@@ -3,8 +3,11 @@
 // test_kernels.py, test_llamacpp_numerics.py).
 #include "bindings/harness/harness.h"
 
+#include <pybind11/stl.h>
+
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -42,13 +45,15 @@ py::array_t<float> glu_py(GluFn fast, GluRefFn ref, const char* name, const F32A
 // Attention test harness: a one-layer KVCache of n_blocks blocks of block_size slots gets K/V of
 // every token (k, v: [T, n_head_kv, head_dim] at positions[T] of sequences seq_of_token[T] through
 // block_tables[n_seqs, max_blocks]); then attention runs for the tokens `query_rows` only (all
-// tokens of a sequence, or just its last ones: decode) with their q rows. Returns [Tq, n_head, hd].
+// tokens of a sequence, or just its last ones: decode) with their q rows, at their positions or at
+// query_positions[Tq] where given (an encoder's rows all at the last one). Returns [Tq, n_head, hd].
 py::array_t<float> attention_test_py(const F32Array& q, const F32Array& k, const F32Array& v,
                                      const I32Array& positions, const I32Array& seq_of_token,
                                      const I32Array& block_tables, int64_t n_blocks, int block_size,
                                      const I32Array& query_rows, float scale, int window, int kernel,
                                      int n_threads, const std::string& numerics, float softcap,
-                                     const std::string& cache_type_k, const std::string& cache_type_v) {
+                                     const std::string& cache_type_k, const std::string& cache_type_v,
+                                     const std::optional<I32Array>& query_positions) {
     if (numerics != "fast" && numerics != "llama.cpp")
         throw std::invalid_argument("attention_test: numerics must be 'fast' or 'llama.cpp'");
     if (q.ndim() != 3 || k.ndim() != 3 || v.ndim() != 3)
@@ -78,12 +83,14 @@ py::array_t<float> attention_test_py(const F32Array& q, const F32Array& k, const
     all.block_tables = block_tables.data(), all.n_seqs = n_seqs, all.max_blocks = max_blocks;
     lll::kv_write(kv, 0, k.data(), v.data(), all);
     const int64_t Tq = query_rows.size();
+    if (query_positions && query_positions->size() != Tq)
+        throw std::invalid_argument("attention_test: query_positions must have one position per query row");
     std::vector<int32_t> qpos(Tq), qseq(Tq);
     std::vector<float> qsub(Tq * n_head * hd);
     for (int64_t i = 0; i < Tq; ++i) {
         const int32_t t = query_rows.data()[i];
         if (t < 0 || t >= T) throw std::invalid_argument("attention_test: query row out of range");
-        qpos[i] = positions.at(t), qseq[i] = seq_of_token.at(t);
+        qpos[i] = query_positions ? query_positions->data()[i] : positions.at(t), qseq[i] = seq_of_token.at(t);
         memcpy(&qsub[i * n_head * hd], q.data() + t * n_head * hd, n_head * hd * sizeof(float));
     }
     lll::Batch qb = all;
@@ -136,9 +143,9 @@ void register_ops_harness(py::module_& m) {
           py::arg("seq_of_token"), py::arg("block_tables"), py::arg("n_blocks"), py::arg("block_size"),
           py::arg("query_rows"), py::arg("scale"), py::arg("window") = 0, py::arg("kernel") = -1,
           py::arg("n_threads") = 2, py::arg("numerics") = "fast", py::arg("softcap") = 0.0f,
-          py::arg("cache_type_k") = "f16", py::arg("cache_type_v") = "f16",
+          py::arg("cache_type_k") = "f16", py::arg("cache_type_v") = "f16", py::arg("query_positions") = py::none(),
           "Test harness: writes K/V of all tokens to a fresh paged cache (of types cache_type_k / "
-          "cache_type_v: f16, q8_0, q4_0), runs attention for query_rows; "
+          "cache_type_v: f16, q8_0, q4_0), runs attention for query_rows (at query_positions where given); "
           "kernel -1 auto, 0 scalar, 1 avx2, 2 avx512; softcap > 0 soft-caps the scores; numerics 'fast' or 'llama.cpp' (whose kernel order "
           "depends on len(query_rows): one row or more). Returns [len(query_rows), n_head, head_dim].");
     m.def("attention_exp", [](const F32Array& x) {
