@@ -84,8 +84,8 @@ inline void softcap_rows(float* s, int R, int64_t span, int32_t lo, const int32_
         for (int32_t p = start[r]; p <= pos[r]; ++p) s[r * span + p - lo] = softcap_score(s[r * span + p - lo], cap);
 }
 
-// Query tokens [t0, t1) of one sequence (contiguous in the batch, positions that never decrease) and all
-// `group` query heads of kv head `kv_head`.
+// Query tokens [t0, t1) of one sequence (contiguous in the batch, positions that never decrease)
+// and all `group` query heads of kv head `kv_head`.
 struct Chunk {
     int64_t t0, t1;
     int kv_head;

@@ -66,6 +66,7 @@ inline __m512 lane_sums16(const __m512 (&u)[16]) {
 
 // y[c * ldy + r] = the lane sum of acc[r][c], 16 at a time (output o = c * R + r); the slots of
 // a last group of fewer repeat acc[0][0], whose duplicate shuffles and adds the compiler drops.
+// Both loops must unroll: indexing acc at run time put the accumulators on the stack.
 template <int R, int C>
 inline void store_lane_sums(const __m512 (&acc)[R][C], float* y, int64_t ldy) {
     constexpr int n = R * C;
