@@ -136,3 +136,14 @@ def test_plan_equals_the_device_allocation(key):
     print(f"{key}: planned {gpu.total:,} B on the GPU, free memory dropped by {used:,} B")
     n_allocations = 1 + p.n_gpu_layers + 5 + 1
     assert abs(used - gpu.total) <= 0.01 * gpu.total + n_allocations * (2 << 20)
+
+
+@pytest.mark.skipif(not MODELS, reason="no model in the cache")
+def test_a_quantized_cache_stays_off_cuda_layers():
+    """CUDA's attention reads an f16 cache: a quantized one with CUDA layers is a named error,
+    and "auto" keeps it on the CPU."""
+    path = path_of(MODELS[0])
+    with pytest.raises(ValueError, match="q8_0/q8_0 KV cache does not run on CUDA"):
+        LLM(path, n_ctx=64, n_gpu_layers=1, device="cuda", cache_type_k="q8_0", cache_type_v="q8_0")
+    auto = LLM(path, n_ctx=64, n_gpu_layers="auto", device="cuda", cache_type_k="q8_0", cache_type_v="q8_0")
+    assert auto.n_gpu_layers == 0

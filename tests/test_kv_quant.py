@@ -156,8 +156,6 @@ def test_bad_cache_types_are_refused():
         LLM(path, n_ctx=64, cache_type_k="q5_1")
     with pytest.raises(ValueError, match="numerics='fast'"):
         LLM(path, n_ctx=64, cache_type_v="q8_0", numerics="llama.cpp")
-    with pytest.raises(ValueError, match="runs on the CPU"):
-        LLM(path, n_ctx=64, cache_type_k="q4_0", n_gpu_layers=1)
     with pytest.raises(ValueError, match="not supported"):
         _core.Model(path, 1, 8, 16, cache_type_k="q4_1")
     with pytest.raises(ValueError, match="fast numerics only"):

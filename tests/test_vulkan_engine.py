@@ -37,22 +37,25 @@ def no_validation_messages(device_spec):
     assert_no_new_validation_messages(before)
 
 
-def vulkan_engine(device_spec: str, kv_blocks: int, **kw) -> Engine:
+def vulkan_engine(device_spec: str, kv_blocks: int, cache_types: tuple[str, str], **kw) -> Engine:
     """SmolLM2 with its last GPU_LAYERS layers and the output head on Vulkan (a hybrid split:
     the residual stream crosses devices every step); the rest on the CPU."""
     path = str(model_file(KEY))
-    model = _core.Model(path, 2, kv_blocks, 16, n_gpu_layers=GPU_LAYERS, device=device_spec)
+    model = _core.Model(path, 2, kv_blocks, 16, n_gpu_layers=GPU_LAYERS, device=device_spec,
+                        cache_type_k=cache_types[0], cache_type_v=cache_types[1])
     assert model.layer_devices.count("Vulkan") == GPU_LAYERS and model.output_device == "Vulkan"
     tokenizer = Tokenizer.from_gguf_metadata(GGUFFile(path).metadata)
     return Engine(model, tokenizer, n_ctx=256, **kw)
 
 
-def test_16_sequences_with_prefix_caching_and_preemption(device_spec):
+# The default cache, and a quantized one (shared and copied blocks of q8_0 keys, q4_0 values).
+@pytest.mark.parametrize("cache_types", [("f16", "f16"), ("q8_0", "q4_0")])
+def test_16_sequences_with_prefix_caching_and_preemption(device_spec, cache_types):
     rng = random.Random(0)
     # 9 usable blocks of 16 slots for 16 prompts of 32 tokens (2 blocks; half share the first):
     # the prompts admitted at once fill the pool, and their decode steps, each needing a new
     # block (prompts end on block boundaries), make the engine preempt.
-    eng = vulkan_engine(device_spec, kv_blocks=10, max_batch_tokens=256, max_running=16)
+    eng = vulkan_engine(device_spec, 10, cache_types, max_batch_tokens=256, max_running=16)
     shared = [rng.randrange(1, 40000) for _ in range(16)]
     prompts = [(shared if i % 2 == 0 else [rng.randrange(1, 40000) for _ in range(16)]) +
                [rng.randrange(1, 40000) for _ in range(16)] for i in range(16)]
@@ -64,7 +67,7 @@ def test_16_sequences_with_prefix_caching_and_preemption(device_spec):
     assert eng.pool.num_used == 0 and eng.pool.num_free == eng.pool.capacity
     assert all(eng.pool.ref_counts[b] == 0 for b in range(1, eng.pool.n_blocks))
     # Preempted, batched, cached or not: each sequence's tokens are the ones it gets alone.
-    alone = vulkan_engine(device_spec, kv_blocks=8, max_batch_tokens=64, max_running=1)
+    alone = vulkan_engine(device_spec, 8, cache_types, max_batch_tokens=64, max_running=1)
     for i in rng.sample(range(16), 2):
         solo = alone.submit(prompts[i], params)
         assert [t for o in alone.outputs(solo) for t in o.token_ids] == got[ids[i]], i

@@ -46,6 +46,7 @@ public:
     int64_t n_blocks() const { return n_blocks_; }
     int block_size() const { return block_size_; }
     int64_t kv_width() const { return kv_width_; }
+    int n_head_kv() const { return n_head_kv_; }
     KVTypes types() const { return types_; }
     // A quantized cache stores keys and values rotated, as llama.cpp does (its attn_rot_k/_v;
     // LLAMA_ATTN_ROT_DISABLE off): an orthonormal rotation spreads a head's outlier channels over
@@ -75,6 +76,8 @@ public:
     }
     // F16 values from one head's row at a slot to the same head's row at the next slot of the block.
     int64_t row_step(int layer, bool values) const { return head_major(layer, values) ? head_dim_ : kv_width_; }
+    // Bytes of one slot's K row (values false) or V row, slot-major (quantized sides, device layers).
+    size_t slot_row_bytes(bool values) const { return values ? v_row_ : k_row_; }
     // A device layer's K and V storage, slot-major (for that backend's kernels).
     fp16_t* k_data(int layer) const { return (fp16_t*)k_[layer]; }
     fp16_t* v_data(int layer) const { return (fp16_t*)v_[layer]; }

@@ -39,13 +39,13 @@ Model::Model(const std::string& path, int n_threads, int64_t kv_blocks, int kv_b
     hp_.select_context(n_ctx_seq > 0 ? n_ctx_seq : kv_blocks * (int64_t)kv_block_size);
     if (n_threads < 1) throw std::invalid_argument("n_threads must be >= 1");
     check_kv_types(kv_types, hp_.head_dim);
-    // The quantized cache is read by the fast CPU attention only: llama.cpp numerics reproduce
-    // its f16-cache attention, and the GPU attention kernels read F16.
-    if ((kv_types.k != GGMLType::F16 || kv_types.v != GGMLType::F16) &&
-        (numerics == Numerics::LlamaCpp || n_gpu_layers != 0))
-        throw std::invalid_argument(std::string("a ") + cache_type_name(kv_types.k) + "/" + cache_type_name(kv_types.v) +
-                                    " KV cache runs on the CPU with the fast numerics only; use an f16 cache " +
-                                    (numerics == Numerics::LlamaCpp ? "with numerics=llama.cpp" : "with GPU layers"));
+    // The quantized cache is read by the fast attention only: llama.cpp numerics reproduce its
+    // f16-cache attention.
+    const bool quantized_kv = kv_types.k != GGMLType::F16 || kv_types.v != GGMLType::F16;
+    const std::string kv_name = std::string(cache_type_name(kv_types.k)) + "/" + cache_type_name(kv_types.v);
+    if (quantized_kv && numerics == Numerics::LlamaCpp)
+        throw std::invalid_argument("a " + kv_name + " KV cache runs with the fast numerics only; use an f16 cache "
+                                    "with numerics=llama.cpp");
     if (gpu_layers_max(hp_) < hp_.n_layer && n_gpu_layers > gpu_layers_max(hp_))
         throw std::invalid_argument(std::string(arch_->bidirectional ? "encoder" : "mixture-of-experts") + " models (" +
                                     hp_.arch + ") run on the CPU only in this version; use n_gpu_layers = 0");
@@ -55,6 +55,10 @@ Model::Model(const std::string& path, int n_threads, int64_t kv_blocks, int kv_b
     const BackendConfig cfg{&hp_, pool_.get(), isa_, numerics_, kHostPlacement};
     for (Placement p : placements_used(placement_)) backends_.push_back(make_backend(p, cfg));
     for (Placement p : placement_.layers) layer_backend_.push_back(&backend_at(p));
+    for (const Backend* b : layer_backend_)   // each layer's KV lives on its backend
+        if (quantized_kv && !b->quantized_kv())
+            throw std::invalid_argument("a " + kv_name + " KV cache does not run on " + placement_spec(b->placement()) +
+                                        " (its attention reads f16); use an f16 cache or n_gpu_layers = 0");
     output_backend_ = &backend_at(placement_.output);
     place_weights();
     kv_ = std::make_unique<KVCache>(layer_backend_, kv_blocks, kv_block_size, hp_.n_head_kv, hp_.head_dim, kv_types);

@@ -153,8 +153,8 @@ class LLM:
             speculative=SpecConfig(mode="draft", draft_model=...)); it runs on the CPU.
         cache_type_k, cache_type_v: how the KV cache stores keys and values, llama.cpp's
             --cache-type-k/-v: "f16" (default), "q8_0" (about half the memory) or "q4_0" (about
-            a quarter). A quantized cache runs on the CPU with the fast numerics (n_gpu_layers
-            "auto" then means 0). A draft model keeps an f16 cache.
+            a quarter). A quantized cache needs the fast numerics, and runs on the CPU and on
+            Vulkan layers (not on CUDA's). A draft model keeps an f16 cache.
     """
 
     def __init__(self, model_path: str | os.PathLike | None = None, n_threads: int | None = None,
@@ -169,14 +169,9 @@ class LLM:
             raise ValueError(f"numerics must be one of {', '.join(NUMERICS)}, got {numerics!r}")
         self.numerics = numerics
         self.cache_types = (_cache_type(cache_type_k, "cache_type_k"), _cache_type(cache_type_v, "cache_type_v"))
-        if self.cache_types != ("f16", "f16"):
-            if numerics != "fast":
-                raise ValueError(f"a {'/'.join(self.cache_types)} KV cache needs numerics='fast' "
-                                 f"(llama.cpp numerics reproduce its f16 cache)")
-            if n_gpu_layers not in (None, "auto", 0, "0"):
-                raise ValueError(f"a {'/'.join(self.cache_types)} KV cache runs on the CPU; "
-                                 f"use n_gpu_layers=0 or cache types f16")
-            n_gpu_layers = 0
+        if self.cache_types != ("f16", "f16") and numerics != "fast":
+            raise ValueError(f"a {'/'.join(self.cache_types)} KV cache needs numerics='fast' "
+                             f"(llama.cpp numerics reproduce its f16 cache)")
         self.device_spec = device_spec(device)    # the core's device string ("" = automatic)
         if device == "cpu":
             if n_gpu_layers not in (None, "auto", 0, "0"):
@@ -239,6 +234,9 @@ class LLM:
         """Layers on the GPU and the KV pool (localllm.plan), or None for the CPU-only path,
         which neither reads the file again nor touches CUDA."""
         pool = None if kv_blocks is None else kv_blocks + 1                # + the null block
+        if (ngl == "auto" and self.cache_types != ("f16", "f16")
+                and _core.resolve_device(self.device_spec)[0] == "CUDA"):
+            return None       # CUDA's attention reads an f16 cache only: auto keeps this one on the CPU
         gpu_free = gpu_free_bytes(self.device_spec) if ngl != 0 else None
         if gpu_free is None and ngl not in (0, "auto"):
             dev, number = _core.resolve_device(self.device_spec)
@@ -251,7 +249,8 @@ class LLM:
         if gpu_free is None:
             return None
         footprint = _core.Footprint(str(self.model_path), self.numerics)
-        bytes_on_device = functools.partial(footprint.bytes, device=self.device_spec)
+        bytes_on_device = functools.partial(footprint.bytes, cache_type_k=self.cache_types[0],
+                                            cache_type_v=self.cache_types[1], device=self.device_spec)
         plan = plan_layers(bytes_on_device, footprint.n_layer, ngl, n_ctx=n_ctx,
                            kv_block_size=kv_block_size, n_batch=self.n_batch, kv_blocks=pool,
                            ctx_set=ctx_set, gpu_free=gpu_free, gpu_margin=gpu_margin, gpu_layers_max=footprint.gpu_layers_max)

@@ -11,15 +11,8 @@
 // where the reference computes a*b+c without fusing: dequantization here is bit-exact with it.
 // Plain types zero the elements at or past K (their rows need not be multiples of 16).
 
-uint rd_u8(uint off) { return (wdata[off >> 2] >> ((off & 3u) << 3)) & 0xFFu; }
-uint rd_u16(uint off) { return (wdata[off >> 2] >> ((off & 2u) << 3)) & 0xFFFFu; }   // off even
-uint rd_u32(uint off) {
-    const uint s = (off & 3u) << 3;
-    const uint lo = wdata[off >> 2];
-    return s == 0u ? lo : (lo >> s) | (wdata[(off >> 2) + 1u] << (32u - s));
-}
-float rd_f16(uint off) { return unpackHalf2x16(rd_u16(off)).x; }
-int rd_i8(uint off) { return bitfieldExtract(int(rd_u8(off)), 0, 8); }
+#define BYTE_READS_BUFFER wdata
+#include "byte_reads.glsl"
 
 // The 16 bytes at off, as 4 words (bytes in little-endian order).
 void rd_16_bytes(uint off, out uint w[4]) {

@@ -82,6 +82,7 @@ public:
     void place_weights(const std::vector<WeightRef*>& matrices, const std::vector<WeightRef*>& vectors) override;
     void reserve(int64_t T) override;
     void begin_batch(const Batch& b) override;
+    bool quantized_kv() const override { return true; }
 
     void linear_group(const LinearOut* outs, int n, const float* x, int64_t T) override;
     void rms_norm(const float* x, const WeightRef& w, float* y, int64_t rows, int64_t n, float eps) override {
@@ -100,7 +101,7 @@ public:
     void kv_write(KVCache& kv, int layer, const float* k, const float* v, const Batch& b) override {
         const vk::KVLayerView view = kv_layer(kv, layer);
         mem_->record();
-        vk::op_kv_write(mem_->ctx(), view, buf(k, "keys"), buf(v, "values"), batch_view(b));
+        vk::op_kv_write(mem_->ctx(), view, buf(k, "keys"), buf(v, "values"), batch_view(b), (uint32_t)kv.n_head_kv());
     }
     void attention(const KVCache& kv, int layer, const float* q, float* out, const Batch& b,
                    const AttnParams& p) override;
@@ -366,13 +367,14 @@ void VulkanBackend::rope(float* x, int64_t T, int n_heads, int head_dim, int rop
 vk::KVLayerView VulkanBackend::kv_layer(const KVCache& kv, int layer) {
     if (kv.placement(layer) != placement())
         throw std::logic_error("Vulkan backend: layer " + std::to_string(layer) + "'s KV cache is not on this device");
-    if (!kv.is_f16()) throw std::invalid_argument("Vulkan backend: the KV cache on a Vulkan device must be f16");
     uint64_t k_off = 0, v_off = 0;
     vk::Buffer& cache = mem_->find(kv.k_data(layer), &k_off, "KV cache keys");
     vk::Buffer& v_cache = mem_->find(kv.v_data(layer), &v_off, "KV cache values");
     if (k_off != 0 || &v_cache != &cache)
         throw std::logic_error("Vulkan backend: a layer's keys and values must share one buffer, keys first");
-    return vk::KVLayerView{&cache, v_off, u32(kv.kv_width(), "kv_width"), u32(kv.block_size(), "block size")};
+    const vk::KVSide k{(uint32_t)kv.types().k, u32(kv.slot_row_bytes(false), "K row bytes"), (uint32_t)kv.rot_k()};
+    const vk::KVSide v{(uint32_t)kv.types().v, u32(kv.slot_row_bytes(true), "V row bytes"), (uint32_t)kv.rot_v()};
+    return vk::KVLayerView{&cache, v_off, u32(kv.kv_width(), "kv_width"), u32(kv.block_size(), "block size"), k, v};
 }
 
 void VulkanBackend::attention(const KVCache& kv, int layer, const float* q, float* out, const Batch& b,

@@ -62,22 +62,33 @@ LinearKernel linear_kernel_for(const Context& c, uint32_t type, uint32_t T);
 // LOCALLLM_VULKAN_INT8=0 turns them off.
 bool use_int8_dot(const Context& c, uint32_t type);
 
-// One layer's paged F16 cache on the device (model/kv_cache.h, slot-major rows): K from byte 0 of
-// `cache`, V from byte v_offset; and the batch's addressing, int32 buffers on the device.
+// One layer's paged cache on the device (model/kv_cache.h, slot-major rows): K from byte 0 of
+// `cache`, V from byte v_offset, each side F16, Q8_0 or Q4_0 (ggml type ids); a quantized side is
+// stored rotated by its Walsh-Hadamard size (0: not rotated, always so for F16). And the batch's
+// addressing, int32 buffers on the device.
+struct KVSide {
+    uint32_t type, row_bytes, rot;
+};
 struct KVLayerView {
     Buffer* cache;
     uint64_t v_offset;
     uint32_t kv_width, block_size;
+    KVSide k, v;
 };
 struct BatchView {
     const Buffer *positions, *seq_of_token, *block_tables;
     uint32_t T, max_blocks;
 };
-// k, v [T, kv_width] (F32) rounded to F16 into each token's slot (block_tables[seq][pos / block_size]).
-void op_kv_write(Context& c, const KVLayerView& kv, const Buffer& k, const Buffer& v, const BatchView& b);
+// k, v [T, kv_width] (F32) into each token's slot (block_tables[seq][pos / block_size]): an F16
+// side rounded, a quantized one rotated and quantized as the CPU's cache stores it. A quantized
+// side needs head_dim (of n_head_kv heads) a multiple of 32 and at most 256.
+void op_kv_write(Context& c, const KVLayerView& kv, const Buffer& k, const Buffer& v, const BatchView& b,
+                 uint32_t n_head_kv);
 // out[T, n_head * head_dim] = softmax(scale q.K^T) V per query head over the keys of positions
 // [max(0, pos - window + 1), pos] of the token's sequence (window 0: from 0); scores through
-// tanh(s / softcap) * softcap when softcap > 0. head_dim even and at most 256.
+// tanh(s / softcap) * softcap when softcap > 0. head_dim even and at most 256. Over a quantized
+// K the query is rotated and rounded through q8_0 first; over a quantized V the output is
+// rotated back (backends/cpu/attention.cpp does the same).
 struct AttentionShape {
     uint32_t n_head, n_head_kv, head_dim, window;
     float scale, softcap;
