@@ -99,7 +99,7 @@ if [ -z "$vk_gpu" ]; then
 else
   python3 -m localllm_cli info --devices
   LOCALLLM_REQUIRE_VULKAN=1 timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_vulkan_ops.py \
-    tests/test_vulkan_devices.py 2>&1 | tail -n 15 || status=1
+    tests/test_vulkan_devices.py tests/test_vulkan_kv_quant.py 2>&1 | tail -n 15 || status=1
   hook "models on Vulkan (agreement, perplexity, plan, engine, server)" env LOCALLLM_REQUIRE_VULKAN=1 \
     python3 -m pytest -q -p no:cacheprovider tests/test_vulkan_model.py tests/test_vulkan_engine.py
   hook "bench on Vulkan -ngl all, pp512 / tg128" python3 -m localllm_cli bench -m "$(ls build/gpu-models/*.gguf | head -n 1)" \
