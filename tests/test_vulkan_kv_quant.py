@@ -4,10 +4,15 @@ The device stores what the CPU's cache stores: each slot's row rotated by llama.
 Walsh-Hadamard sizes and quantized with the CPU's rounding. The stored bytes, read through the
 `gguf` package's dequantizers (an independent implementation of the blocks), equal the values the
 CPU's cache reads back. Attention over the device's cache matches the CPU's attention over its own
-(the query rotated and rounded through q8_0, the output rotated back), and SmolLM2 with a
+(the query rotated and rounded through q8_0, or kept packed for integer dot products, the output
+rotated back), and SmolLM2 with a
 quantized cache on Vulkan layers agrees with the CPU running the same cache types. Runs on
 lavapipe in CI (LOCALLLM_VULKAN_ALLOW_CPU=1) and on any Vulkan device."""
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -86,6 +91,19 @@ def test_attention_over_a_quantized_cache_matches_cpu(n_head, n_head_kv, hd, win
     # (and the CPU's exp) differ, as with an f16 cache.
     assert float(np.sum((got - ref) ** 2) / np.sum(ref ** 2)) <= 5e-6
     np.testing.assert_allclose(got, ref, rtol=2e-3, atol=5e-3)
+
+
+def test_integer_dot_key_products_match_cpu(device):
+    """Where the device has integer dot products and the driver calls them accelerated (or
+    LOCALLLM_VULKAN_INT8=1 asks, as here), a quantized K meets the packed q8_0 query through
+    OpSDot: the attention cases above, rerun in a process that asks for them."""
+    if not _core.vulkan_devices()[device]["features"]["VK_KHR_shader_integer_dot_product"]:
+        pytest.skip("the device has no shaderIntegerDotProduct")
+    env = {**os.environ, "LOCALLLM_VULKAN_INT8": "1"}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k",
+                           "attention_over_a_quantized_cache"], capture_output=True, text=True, timeout=600,
+                          env=env)
+    assert proc.returncode == 0 and " passed" in proc.stdout, proc.stdout[-3000:]
 
 
 def test_a_quantized_side_needs_whole_blocks_in_a_head():

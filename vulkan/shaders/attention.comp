@@ -9,7 +9,8 @@
 // K_TYPE and V_TYPE (-DK_TYPE=GGML_Q8_0) are the cache's types: F16 (the default), Q8_0 or
 // Q4_0 (kv_write_quant.comp). Over a quantized K the query is prepared as the CPU prepares it
 // (backends/cpu/attention.cpp prepare_queries): rotated by rot_k, then through a q8_0 round
-// trip. Over a quantized V the output is rotated back by rot_v.
+// trip (-DINT8_DOT: kept as packed int8 and multiplied by OpSDot, where the device has it).
+// Over a quantized V the output is rotated back by rot_v.
 #include "common.glsl"
 #ifndef K_TYPE
 #define K_TYPE GGML_F16
@@ -43,6 +44,11 @@ layout(push_constant) uniform Push {
 #define CHUNK 64
 #define DIMS_PER_INVOCATION (MAX_HEAD_DIM / CHUNK)
 #include "kv_quant.glsl"   // head_s: the query, then (rot_v) the output
+#ifdef INT8_DOT            // a quantized K against the packed q8_0 query (qw_s, qd_s)
+#define DOT_HEAD(type) dot_head_##type##_int8
+#else                      // ... or against its float round trip in head_s
+#define DOT_HEAD(type) dot_head_##type
+#endif
 
 shared float p_s[CHUNK];
 shared uint slot_s[CHUNK];
@@ -64,9 +70,9 @@ float key_dot(uint slot, uint kv_col) {
     }
     return dot_qk;
 #elif K_TYPE == GGML_Q8_0
-    return dot_head_q8_0(slot * pc.k_row_bytes + kv_col / QK * Q8_0_BYTES, pc.head_dim);
+    return DOT_HEAD(q8_0)(slot * pc.k_row_bytes + kv_col / QK * Q8_0_BYTES, pc.head_dim);
 #else
-    return dot_head_q4_0(slot * pc.k_row_bytes + kv_col / QK * Q4_0_BYTES, pc.head_dim);
+    return DOT_HEAD(q4_0)(slot * pc.k_row_bytes + kv_col / QK * Q4_0_BYTES, pc.head_dim);
 #endif
 }
 
@@ -93,7 +99,11 @@ void main() {
     for (uint d = lid; d < pc.head_dim; d += CHUNK) head_s[d] = q[row * pc.head_dim + d];
 #if K_TYPE != GGML_F16
     if (pc.rot_k > 0u) rotate_head(pc.head_dim, pc.rot_k, pc.rot_k_scale);
+#ifdef INT8_DOT
+    q8_0_pack_head(pc.head_dim);
+#else
     q8_0_round_trip_head(pc.head_dim);
+#endif
 #endif
     barrier();
 

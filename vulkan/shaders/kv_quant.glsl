@@ -16,6 +16,11 @@
 #define Q4_0_BYTES 18u                          // f16 d, 16 bytes of two nibbles
 
 shared float head_s[MAX_HEAD_DIM];              // one head's values
+#ifdef INT8_DOT   // keys against the q8_0 query by integer dot products (sdot.glsl)
+#include "sdot.glsl"
+shared uint qw_s[MAX_HEAD_DIM / 4u];            // the query's quants, 4 a word
+shared float qd_s[MAX_HEAD_DIM / QK];           // its block scales
+#endif
 
 // head_s[0, n) -> H head_s chunk by chunk, H the orthonormal rot x rot Walsh-Hadamard matrix:
 // butterflies (a + b, a - b) stage by stage, then the scale (the host's float(1 / sqrt(rot))).
@@ -57,6 +62,48 @@ void q8_0_round_trip_head(uint n) {
         for (uint i = 0u; i < QK; ++i) head_s[lid * QK + i] = float(q[i]) * d;
     barrier();
 }
+
+#ifdef INT8_DOT
+// head_s[0, n) as q8_0 into qw_s, qd_s: the same quants and scales as q8_0_round_trip_head's.
+void q8_0_pack_head(uint n) {
+    const uint lid = gl_LocalInvocationID.x;
+    if (lid < n / QK) {
+        int q[QK];
+        qd_s[lid] = q8_0_block(lid, q);
+        for (uint w = 0u; w < 8u; ++w)
+            qw_s[lid * 8u + w] = (uint(q[4u * w]) & 0xFFu) | ((uint(q[4u * w + 1u]) & 0xFFu) << 8) |
+                                 ((uint(q[4u * w + 2u]) & 0xFFu) << 16) | (uint(q[4u * w + 3u]) << 24);
+    }
+    barrier();
+}
+
+// The packed query . the row of n values of `type` at byte `off`: per block the integer sum of
+// the quants' products, scaled by both blocks' d (llama.cpp's CPU vec_dot_q8_0_q8_0 / _q4_0_q8_0).
+float dot_head_q8_0_int8(uint off, uint n) {
+    float sum = 0.0;
+    for (uint b = 0u; b < n / QK; ++b, off += Q8_0_BYTES) {
+        int s = 0;
+        for (uint w = 0u; w < 8u; ++w) s += sdot4(qw_s[b * 8u + w], rd_u32(off + 2u + 4u * w), 0);
+        sum = fma(float(s), qd_s[b] * rd_f16(off), sum);
+    }
+    return sum;
+}
+float dot_head_q4_0_int8(uint off, uint n) {
+    float sum = 0.0;
+    for (uint b = 0u; b < n / QK; ++b, off += Q4_0_BYTES) {
+        int s = 0;
+        for (uint w = 0u; w < 4u; ++w) {   // low nibbles: elements 4w.., high: 16 + 4w..
+            const uint word = rd_u32(off + 2u + 4u * w);
+            // nibble b in [0, 15] -> int8 b - 8, bytewise: b + 0x78 carries out of no byte
+            const uint lo = ((word & 0x0F0F0F0Fu) + 0x78787878u) ^ 0x80808080u;
+            const uint hi = (((word >> 4) & 0x0F0F0F0Fu) + 0x78787878u) ^ 0x80808080u;
+            s += sdot4(qw_s[b * 8u + w], lo, 0) + sdot4(qw_s[b * 8u + 4u + w], hi, 0);
+        }
+        sum = fma(float(s), qd_s[b] * rd_f16(off), sum);
+    }
+    return sum;
+}
+#endif  // INT8_DOT
 
 #ifdef KV_STORE   // the writing kernel's (kv writable)
 // Stores the 16-bit units u[0, n) at byte `off` (even). Words this block shares with a neighbour

@@ -5,7 +5,6 @@
 // OpSDot multiplies four int8 pairs per instruction. As in linear_matvec.comp: NUM_ROWS rows per
 // workgroup, each invocation on one segment of consecutive blocks, the block sums (block_sum_i8)
 // added in matvec_sums.glsl's order, as linear_tiled_q8.comp adds them.
-#extension GL_EXT_spirv_intrinsics : require
 #include "common.glsl"
 
 layout(local_size_x_id = 0) in;
@@ -25,16 +24,13 @@ layout(push_constant) uniform Push {
     uint d_base;
 } pc;
 
-// OpSDot (SPV_KHR_integer_dot_product) on two words of 4 packed int8: the sum of the 4 products.
-spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4450)
-int sdot4(uint a, uint b, spirv_literal int packed_4x8bit);
+#include "sdot.glsl"
 
 #include "blocks.glsl"
 #include "blocks_i8.glsl"
 
 #include "matvec_sums.glsl"
 
-const uint ONES = 0x01010101u;   // four int8 ones
 
 void main() {
     const uint row0 = flat_group_id() * NUM_ROWS;

@@ -6,7 +6,6 @@
 // copy one token's q8_1 block; then each multiplies a 4 x 4 block of outputs with OpSDot, rows and
 // tokens strided by 16. Each block's sum (block_sum_i8) is added in matvec_sums.glsl's order
 // (segments, then their sums), as linear_matvec_q8.comp adds them, so a token's outputs are the same bits through either kernel.
-#extension GL_EXT_spirv_intrinsics : require
 #include "common.glsl"
 
 layout(local_size_x = 256) in;
@@ -29,14 +28,11 @@ layout(push_constant) uniform Push {
     uint d_base;
 } pc;
 
-// OpSDot (SPV_KHR_integer_dot_product) on two words of 4 packed int8: the sum of the 4 products.
-spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4450)
-int sdot4(uint a, uint b, spirv_literal int packed_4x8bit);
+#include "sdot.glsl"
 
 #include "blocks.glsl"
 #include "blocks_i8.glsl"
 
-const uint ONES = 0x01010101u;   // four int8 ones
 #define MIN_T I8_MIN_T
 
 shared uint wq[BM * WORDS];

@@ -87,8 +87,9 @@ void op_kv_write(Context& c, const KVLayerView& kv, const Buffer& k, const Buffe
 // out[T, n_head * head_dim] = softmax(scale q.K^T) V per query head over the keys of positions
 // [max(0, pos - window + 1), pos] of the token's sequence (window 0: from 0); scores through
 // tanh(s / softcap) * softcap when softcap > 0. head_dim even and at most 256. Over a quantized
-// K the query is rotated and rounded through q8_0 first; over a quantized V the output is
-// rotated back (backends/cpu/attention.cpp does the same).
+// K the query is rotated and rounded through q8_0 first (and the dot products are integer ones
+// where use_int8_dot(c, K's type) holds); over a quantized V the output is rotated back
+// (backends/cpu/attention.cpp does the same).
 struct AttentionShape {
     uint32_t n_head, n_head_kv, head_dim, window;
     float scale, softcap;

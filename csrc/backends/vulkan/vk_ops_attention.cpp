@@ -99,7 +99,10 @@ void op_attention(Context& c, const KVLayerView& kv, const Buffer& q, Buffer& ou
     } push{b.T, s.n_head, s.n_head_kv, s.head_dim, kv.kv_width, kv.block_size, b.max_blocks, (uint32_t)kv.v_offset,
            s.window, s.scale, s.softcap, kv.k.row_bytes, kv.v.row_bytes, kv.k.rot, kv.v.rot, rot_scale(kv.k.rot),
            rot_scale(kv.v.rot)};
-    const std::string name = std::string("attention_") + cache_type_name(kv.k.type) + "_" + cache_type_name(kv.v.type);
+    // A quantized K meets the q8_0 query in integer dot products where linear's would run.
+    const bool int8 = kv.k.type != kF16 && use_int8_dot(c, kv.k.type);
+    const std::string name = std::string("attention_") + cache_type_name(kv.k.type) + "_" +
+                             cache_type_name(kv.v.type) + (int8 ? "_int8" : "");
     const Pipeline& p = c.pipeline(name, 6, sizeof(push), {kAttentionChunk});
     uint32_t gx, gy;
     spread(c, (uint64_t)b.T * s.n_head, &gx, &gy);
