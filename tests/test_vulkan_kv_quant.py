@@ -22,7 +22,7 @@ from gguf.quants import dequantize
 from conftest import model_file
 from localllm import LLM, _core, _harness
 from test_vulkan_model import TEXT, shared_prefix_case, teacher_forced
-from vulkan_support import assert_no_new_validation_messages, validation_count, vulkan_device
+from vulkan_support import no_validation_messages_in_either_instance, vulkan_device
 
 GGUF_TYPES = {"f16": GGMLQuantizationType.F16, "q8_0": GGMLQuantizationType.Q8_0,
               "q4_0": GGMLQuantizationType.Q4_0}
@@ -36,11 +36,8 @@ def device() -> int:
 
 @pytest.fixture(autouse=True)
 def no_validation_messages(device):
-    before = (validation_count(), _core.vulkan_validation_messages()[0])
-    yield
-    assert_no_new_validation_messages(before[0])
-    count, first = _core.vulkan_validation_messages()
-    assert count == before[1], f"{count - before[1]} Vulkan validation messages in _core, the first: {first}"
+    with no_validation_messages_in_either_instance():
+        yield
 
 
 def cpu_implementation(device: int) -> bool:

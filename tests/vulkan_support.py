@@ -2,6 +2,7 @@
 LOCALLLM_REQUIRE_VULKAN=1, as CI sets it, so a CI machine that lost its driver cannot pass)."""
 from __future__ import annotations
 
+import contextlib
 import os
 
 import pytest
@@ -33,3 +34,14 @@ def validation_count() -> int:
 def assert_no_new_validation_messages(before: int) -> None:
     count, first = _harness.vulkan_validation_messages()
     assert count == before, f"{count - before} Vulkan validation messages, the first: {first}"
+
+
+@contextlib.contextmanager
+def no_validation_messages_in_either_instance():
+    """Fails the test inside if _harness's Vulkan instance (the op tests) or _core's (the models)
+    logged a validation message."""
+    before = (validation_count(), _core.vulkan_validation_messages()[0])
+    yield
+    assert_no_new_validation_messages(before[0])
+    count, first = _core.vulkan_validation_messages()
+    assert count == before[1], f"{count - before[1]} Vulkan validation messages in _core, the first: {first}"

@@ -43,12 +43,14 @@ layout(push_constant) uniform Push {
 #define MAX_HEAD_DIM 256
 #define CHUNK 64
 #define DIMS_PER_INVOCATION (MAX_HEAD_DIM / CHUNK)
-#include "kv_quant.glsl"   // head_s: the query, then (rot_v) the output
-#ifdef INT8_DOT            // a quantized K against the packed q8_0 query (qw_s, qd_s)
-#define DOT_HEAD(type) dot_head_##type##_int8
-#else                      // ... or against its float round trip in head_s
-#define DOT_HEAD(type) dot_head_##type
+#if K_TYPE == GGML_Q8_0
+#define KEY_QUAD q8_0_quad
+#define KEY_BYTES Q8_0_BYTES
+#elif K_TYPE == GGML_Q4_0
+#define KEY_QUAD q4_0_quad
+#define KEY_BYTES Q4_0_BYTES
 #endif
+#include "kv_quant.glsl"   // head_s: the query, then (rot_v) the output
 
 shared float p_s[CHUNK];
 shared uint slot_s[CHUNK];
@@ -69,10 +71,8 @@ float key_dot(uint slot, uint kv_col) {
         dot_qk = fma(head_s[2u * i + 1u], kk.y, dot_qk);
     }
     return dot_qk;
-#elif K_TYPE == GGML_Q8_0
-    return DOT_HEAD(q8_0)(slot * pc.k_row_bytes + kv_col / QK * Q8_0_BYTES, pc.head_dim);
 #else
-    return DOT_HEAD(q4_0)(slot * pc.k_row_bytes + kv_col / QK * Q4_0_BYTES, pc.head_dim);
+    return dot_head_key(slot * pc.k_row_bytes + kv_col / QK * KEY_BYTES, pc.head_dim);
 #endif
 }
 

@@ -76,33 +76,6 @@ void q8_0_pack_head(uint n) {
     }
     barrier();
 }
-
-// The packed query . the row of n values of `type` at byte `off`: per block the integer sum of
-// the quants' products, scaled by both blocks' d (llama.cpp's CPU vec_dot_q8_0_q8_0 / _q4_0_q8_0).
-float dot_head_q8_0_int8(uint off, uint n) {
-    float sum = 0.0;
-    for (uint b = 0u; b < n / QK; ++b, off += Q8_0_BYTES) {
-        int s = 0;
-        for (uint w = 0u; w < 8u; ++w) s += sdot4(qw_s[b * 8u + w], rd_u32(off + 2u + 4u * w), 0);
-        sum = fma(float(s), qd_s[b] * rd_f16(off), sum);
-    }
-    return sum;
-}
-float dot_head_q4_0_int8(uint off, uint n) {
-    float sum = 0.0;
-    for (uint b = 0u; b < n / QK; ++b, off += Q4_0_BYTES) {
-        int s = 0;
-        for (uint w = 0u; w < 4u; ++w) {   // low nibbles: elements 4w.., high: 16 + 4w..
-            const uint word = rd_u32(off + 2u + 4u * w);
-            // nibble b in [0, 15] -> int8 b - 8, bytewise: b + 0x78 carries out of no byte
-            const uint lo = ((word & 0x0F0F0F0Fu) + 0x78787878u) ^ 0x80808080u;
-            const uint hi = (((word >> 4) & 0x0F0F0F0Fu) + 0x78787878u) ^ 0x80808080u;
-            s += sdot4(qw_s[b * 8u + w], lo, 0) + sdot4(qw_s[b * 8u + 4u + w], hi, 0);
-        }
-        sum = fma(float(s), qd_s[b] * rd_f16(off), sum);
-    }
-    return sum;
-}
 #endif  // INT8_DOT
 
 #ifdef KV_STORE   // the writing kernel's (kv writable)
@@ -165,34 +138,36 @@ float q4_0_value(uint off, uint i) {
     return float(int(i < 16u ? byte & 15u : byte >> 4) - 8) * rd_f16(off);
 }
 
-// The dot product of head_s[0, n) with the row of n values of `type` at byte `off`: block by
-// block, 4 values a word (the word reads straddle when the block starts 2 bytes into a word).
-float dot_head_q8_0(uint off, uint n) {
+// Quants 4j..4j+3 (j < 8) of the block at byte `off`, as 4 packed int8 (the word reads straddle
+// when the block starts 2 bytes into a word). Q4_0's nibble b becomes the byte b - 8, bytewise:
+// b + 0x78 carries out of no byte, and the top bit flipped makes it signed.
+uint q8_0_quad(uint off, uint j) { return rd_u32(off + 2u + 4u * j); }
+uint q4_0_quad(uint off, uint j) {   // low nibbles: elements 0-15, high: 16-31
+    const uint word = rd_u32(off + 2u + 4u * (j & 3u));
+    return (((j < 4u ? word : word >> 4) & 0x0F0F0F0Fu) + 0x78787878u) ^ 0x80808080u;
+}
+
+#ifdef KEY_QUAD   // the including kernel's K type: KEY_QUAD (q8_0_quad or q4_0_quad), KEY_BYTES
+// The query . the key row of n values at byte `off`, block by block: with INT8_DOT the integer
+// sum of the quants' products scaled by both blocks' d (llama.cpp's CPU vec_dot_q8_0_q8_0 /
+// _q4_0_q8_0), else the float round trip of the query in head_s times the quants, times d.
+float dot_head_key(uint off, uint n) {
     float sum = 0.0;
-    for (uint b = 0u; b < n / QK; ++b, off += Q8_0_BYTES) {
+    for (uint b = 0u; b < n / QK; ++b, off += KEY_BYTES) {
+#ifdef INT8_DOT
+        int s = 0;
+        for (uint j = 0u; j < 8u; ++j) s += sdot4(qw_s[b * 8u + j], KEY_QUAD(off, j), 0);
+        sum = fma(float(s), qd_s[b] * rd_f16(off), sum);
+#else
         float block = 0.0;
-        for (uint w = 0u; w < 8u; ++w) {
-            const uint word = rd_u32(off + 2u + 4u * w);
+        for (uint j = 0u; j < 8u; ++j) {
+            const int quad = int(KEY_QUAD(off, j));
             for (uint k = 0u; k < 4u; ++k)
-                block = fma(head_s[b * QK + 4u * w + k], float(bitfieldExtract(int(word), int(8u * k), 8)), block);
+                block = fma(head_s[b * QK + 4u * j + k], float(bitfieldExtract(quad, int(8u * k), 8)), block);
         }
         sum = fma(block, rd_f16(off), sum);
+#endif
     }
     return sum;
 }
-float dot_head_q4_0(uint off, uint n) {
-    float sum = 0.0;
-    for (uint b = 0u; b < n / QK; ++b, off += Q4_0_BYTES) {
-        float block = 0.0;
-        for (uint w = 0u; w < 4u; ++w) {
-            const uint word = rd_u32(off + 2u + 4u * w);
-            for (uint k = 0u; k < 4u; ++k) {
-                const uint byte = (word >> (8u * k)) & 0xFFu;
-                block = fma(head_s[b * QK + 4u * w + k], float(int(byte & 15u) - 8), block);
-                block = fma(head_s[b * QK + 16u + 4u * w + k], float(int(byte >> 4) - 8), block);
-            }
-        }
-        sum = fma(block, rd_f16(off), sum);
-    }
-    return sum;
-}
+#endif  // KEY_QUAD
