@@ -77,8 +77,10 @@ size_t KVCache::layer_bytes(int64_t n_blocks, int block_size, int64_t kv_width, 
     return slots * (row_bytes(types.k, kv_width) + row_bytes(types.v, kv_width));
 }
 
+float hadamard_scale(int n) { return (float)(1.0 / sqrt((double)n)); }
+
 void hadamard_rotate(float* x, int64_t len, int n) {
-    const float scale = (float)(1.0 / sqrt((double)n));
+    const float scale = hadamard_scale(n);
     for (int64_t c = 0; c + n <= len; c += n) {
         float* v = x + c;
         for (int h = 1; h < n; h *= 2)              // butterflies: H_2h = [[H_h, H_h], [H_h, -H_h]]

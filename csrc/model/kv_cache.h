@@ -33,8 +33,10 @@ const char* cache_type_name(GGMLType type);   // "f16", "q8_0", "q4_0"
 void check_kv_types(KVTypes types, int head_dim);
 
 // x[len] -> H x in place, chunk by chunk, H the orthonormal n x n Walsh-Hadamard matrix in
-// Sylvester order (symmetric, H H = I); n a power of two dividing len.
+// Sylvester order (symmetric, H H = I); n a power of two dividing len: the butterflies (a + b,
+// a - b) stage by stage, then each value times hadamard_scale(n), float(1 / sqrt(n)).
 void hadamard_rotate(float* x, int64_t len, int n);
+float hadamard_scale(int n);
 
 class KVCache {
 public:

@@ -1,11 +1,11 @@
 // vk_ops_attention.cpp — launches of the paged KV kernels: kv_write and attention (see vk_ops.h).
 #ifdef LOCALLLM_HAVE_VULKAN
 #include <algorithm>
-#include <cmath>
 #include <stdexcept>
 #include <string>
 
 #include "backends/vulkan/vk_ops.h"
+#include "model/kv_cache.h"
 
 namespace lll::vk {
 
@@ -21,12 +21,13 @@ void spread(const Context& c, uint64_t n, uint32_t* gx, uint32_t* gy) {
     *gy = n ? (uint32_t)((n + max_x - 1) / max_x) : 0;
 }
 
-constexpr uint32_t kF16 = 1, kQ4_0 = 2, kQ8_0 = 8;   // ggml type ids of the cache's sides
-constexpr uint32_t kKVWriteQuantGroup = 64;          // kv_write_quant.comp: one workgroup per (token, head)
+// The ggml type ids of the cache's sides.
+constexpr uint32_t kF16 = (uint32_t)GGMLType::F16, kQ4_0 = (uint32_t)GGMLType::Q4_0, kQ8_0 = (uint32_t)GGMLType::Q8_0;
+constexpr uint32_t kKVWriteQuantGroup = 64;   // kv_write_quant.comp: one workgroup per (token, head)
 
-const char* cache_type_name(uint32_t type) { return type == kF16 ? "f16" : type == kQ8_0 ? "q8_0" : "q4_0"; }
+const char* cache_type_name(uint32_t type) { return lll::cache_type_name(static_cast<GGMLType>(type)); }
 
-float rot_scale(uint32_t rot) { return rot ? (float)(1.0 / std::sqrt((double)rot)) : 0.0f; }   // the CPU's
+float rot_scale(uint32_t rot) { return rot ? hadamard_scale((int)rot) : 0.0f; }   // the CPU's
 
 // The cache's sides as the kernels can read them: an F16 side as F16 pairs in 32-bit words, V's
 // at a word boundary; a quantized side's heads in whole blocks of 32 that fit the shared head.
