@@ -5,9 +5,8 @@ Walsh-Hadamard sizes and quantized with the CPU's rounding. The stored bytes, re
 `gguf` package's dequantizers (an independent implementation of the blocks), equal the values the
 CPU's cache reads back. Attention over the device's cache matches the CPU's attention over its own
 (the query rotated and rounded through q8_0, or kept packed for integer dot products, the output
-rotated back), and SmolLM2 with a
-quantized cache on Vulkan layers agrees with the CPU running the same cache types. Runs on
-lavapipe in CI (LOCALLLM_VULKAN_ALLOW_CPU=1) and on any Vulkan device."""
+rotated back), and SmolLM2 with a quantized cache on Vulkan layers agrees with the CPU running the
+same cache types. Runs on lavapipe in CI (LOCALLLM_VULKAN_ALLOW_CPU=1) and on any Vulkan device."""
 from __future__ import annotations
 
 import os
