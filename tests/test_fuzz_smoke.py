@@ -29,7 +29,8 @@ def test_harness_smoke(harness, tmp_path):
                            "-print_final_stats=1", "-seed=1", f"-rss_limit_mb={inherited_mb + 2048}"],
                           cwd=tmp_path, env=package_env(), capture_output=True, text=True,
                           timeout=SECONDS[harness] + 180)
-    tail = proc.stderr[-3000:]
+    # atheris prints an uncaught exception's traceback on stdout, libFuzzer its report on stderr.
+    tail = proc.stdout[-3000:] + "\n" + proc.stderr[-3000:]
     assert proc.returncode == 0, tail
     assert "Done " in proc.stderr and "stat::number_of_executed_units:" in proc.stderr, tail
     assert not list(tmp_path.glob("crash-*")) and not list(tmp_path.glob("timeout-*")), tail
