@@ -130,9 +130,84 @@ def test_sigterm_during_write_leaves_no_partial_file(tmp_path):
     ({"model": {"type": "BPE", "vocab": {}}}, "has no tokens"),
     ([1, 2], "must be a JSON object"),
     ({"model": {"type": "BPE", "vocab": {"a": 0}}, "added_tokens": {"id": 1}}, "added_tokens must be a list"),
+    # a template naming a special token it does not define: a Rust panic inside the tokenizers
+    # library (pyo3's PanicException, a BaseException that `except Exception` let through)
+    ({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},
+      "post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}],
+                         "pair": [], "special_tokens": {}}}, "cannot be loaded by the tokenizers library"),
 ])
 def test_tokenizer_json_checked(tokenizer_json, needle):
     from localllm_convert.vocab import VocabError
     from localllm_convert.vocab_bpe import load_bpe_vocab
     with pytest.raises(VocabError, match=needle):
         load_bpe_vocab(tokenizer_json, None)
+
+
+def _checkpoint(tmp_path: Path, config: dict, tokenizer: dict, **extra_json) -> Path:
+    """A directory as `localllm convert` reads it: config.json, tokenizer.json, any other JSON
+    files and a one-tensor safetensors file."""
+    import json
+    import struct
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    (tmp_path / "tokenizer.json").write_text(json.dumps(tokenizer))
+    for name, value in extra_json.items():
+        (tmp_path / name).write_text(json.dumps(value))
+    header = json.dumps({"embeddings.word_embeddings.weight": {"dtype": "F32", "shape": [4, 32],
+                                                              "data_offsets": [0, 512]}}).encode()
+    (tmp_path / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + bytes(512))
+    return tmp_path
+
+
+LLAMA = {"architectures": ["LlamaForCausalLM"], "hidden_size": 32, "intermediate_size": 64,
+         "num_hidden_layers": 1, "num_attention_heads": 2, "vocab_size": 4, "max_position_embeddings": 64,
+         "rms_norm_eps": 1e-5, "rope_theta": 10000.0}
+BERT = {"architectures": ["BertForSequenceClassification"], "hidden_size": 32, "intermediate_size": 64,
+        "num_hidden_layers": 1, "num_attention_heads": 2, "vocab_size": 4, "max_position_embeddings": 64,
+        "id2label": {"0": "LABEL_0"}}
+BPE = {"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2, "\u0120": 3}, "merges": ["a b"]},
+       "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}}
+WORDPIECE = {"model": {"type": "WordPiece", "vocab": {"[CLS]": 0, "[SEP]": 1, "a": 2, "##b": 3}}}
+
+
+@pytest.mark.parametrize("config, tokenizer, extra, needle", [
+    # fuzz_convert.py finding: a null (or a list) where a number belongs ended in float()'s TypeError
+    ({**LLAMA, "rms_norm_eps": None}, BPE, {}, None),      # null means "absent": the default
+    ({**LLAMA, "rms_norm_eps": [1e-5]}, BPE, {}, "rms_norm_eps must be a number"),
+    ({**LLAMA, "rms_norm_eps": "1e-5"}, BPE, {}, "rms_norm_eps must be a number"),
+    ({**LLAMA, "rope_theta": {"a": 1}}, BPE, {}, "rope_theta must be a number"),
+    ({**LLAMA, "rope_theta": 1e400}, BPE, {}, "rope_theta must be a finite number"),
+    ({**LLAMA, "max_position_embeddings": [64]}, BPE, {}, "max_position_embeddings must be a positive integer"),
+    ({**LLAMA, "rope_scaling": {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 1e400}},
+     BPE, {}, "'original_max_position_embeddings'"),
+    (LLAMA, {**BPE, "added_tokens": [{"id": "x", "content": "<s>"}]}, {}, "has id 'x'"),
+    (LLAMA, BPE, {"tokenizer_config.json": [1]}, "tokenizer_config.json must be a JSON object"),
+    (LLAMA, BPE, {"tokenizer_config.json": {"added_tokens_decoder": {"3": "<s>"}}}, "needs a string content"),
+    (LLAMA, BPE, {"generation_config.json": 5}, "generation_config.json must be a JSON object"),
+    (LLAMA, {**BPE, "post_processor": {"type": "TemplateProcessing", "single": [1, 2]}}, {},
+     "cannot be loaded by the tokenizers library"),
+    ({**BERT, "layer_norm_eps": True}, WORDPIECE, {}, "layer_norm_eps must be a number"),
+    ({**BERT, "id2label": [1]}, WORDPIECE, {}, "id2label must map class numbers to names"),
+    ({**BERT, "type_vocab_size": "2"}, WORDPIECE, {}, "type_vocab_size must be a positive integer"),
+    (BERT, {**WORDPIECE, "model": True}, {}, "no WordPiece vocabulary"),
+    (BERT, {"model": {"type": "WordPiece", "vocab": {"a": [0]}}}, {}, "token 'a' has id \\[0\\]"),
+    (BERT, {**WORDPIECE, "added_tokens": [None]}, {}, "needs a string content"),
+])
+def test_malformed_values_are_named(tmp_path, config, tokenizer, extra, needle):
+    """Every reader a conversion runs (config, vocabulary, special tokens, metadata) on a value
+    of the wrong JSON type: a CheckpointError/VocabError naming the key, never float()'s or
+    dict.get's traceback; ``needle`` None: the value is accepted."""
+    from localllm_convert.archs.base import converter_for
+
+    class AnyWriter:   # accepts every add_* call
+        def __getattr__(self, name):
+            return lambda *a, **k: None
+
+    def convert_readers():
+        conv = converter_for(Checkpoint(_checkpoint(tmp_path, config, tokenizer, **extra)))
+        conv.vocab()
+        conv.write_metadata(AnyWriter())
+    if needle is None:
+        convert_readers()
+    else:
+        with pytest.raises(ValueError, match=needle):
+            convert_readers()

@@ -145,6 +145,16 @@ class Checkpoint:
             self._json_cache[filename] = _read_json(path) if path.is_file() else None
         return self._json_cache[filename]
 
+    def json_object(self, filename: str) -> dict[str, Any]:
+        """A JSON file that must hold an object: {} when absent, CheckpointError when it holds
+        something else (a list, a number), so readers can ``.get`` from it."""
+        value = self.json(filename)
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise CheckpointError(f"{filename} must be a JSON object, got a JSON {type(value).__name__}")
+        return value
+
     def file(self, filename: str) -> Path | None:
         path = self.dir / filename
         return path if path.is_file() else None

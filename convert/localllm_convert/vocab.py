@@ -100,28 +100,78 @@ def _token_content(entry: Any) -> str | None:
     return None
 
 
-def _template_flags(post_processor: dict | None, names: dict[str, str | None]) -> dict[str, bool]:
+# More ids than any vocabulary has (the largest are ~262k): an id beyond it is a broken file,
+# refused before a list of that many placeholder tokens is built.
+MAX_TOKEN_ID = 1 << 24
+
+
+def token_id(value: Any, token: Any, filename: str) -> int:
+    """A token's id as a file gives it, checked (VocabError naming the file and the token)."""
+    if isinstance(value, str) and value.isdecimal():     # ids as JSON object keys
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < MAX_TOKEN_ID:
+        raise VocabError(f"{filename}: token {token!r:.40} has id {value!r:.40}; ids are integers in "
+                         f"[0, {MAX_TOKEN_ID})")
+    return value
+
+
+def json_object_or_empty(value: Any) -> dict[str, Any]:
+    """An optional part of tokenizer.json (normalizer, pre_tokenizer, ...): {} unless an object."""
+    return value if isinstance(value, dict) else {}
+
+
+def added_token_entries(entries: Any, filename: str) -> list[tuple[int, dict[str, Any]]]:
+    """(id, entry) for each added token: tokenizer.json's ``added_tokens`` list or
+    tokenizer_config.json's ``added_tokens_decoder`` map (ids as keys). VocabError naming the
+    file for an entry without an integer id or a string content."""
+    if entries is None:
+        return []
+    if isinstance(entries, dict):
+        pairs = list(entries.items())
+    elif isinstance(entries, list):
+        pairs = [(e.get("id") if isinstance(e, dict) else None, e) for e in entries]
+    else:
+        raise VocabError(f"{filename}: added tokens must be a list or an object, got {entries!r:.60}")
+    out = []
+    for tid, entry in pairs:
+        if not isinstance(entry, dict) or not isinstance(entry.get("content"), str):
+            raise VocabError(f"{filename}: added token {entry!r:.60} needs a string content")
+        out.append((token_id(tid, entry["content"], filename), entry))
+    return out
+
+
+def _special_token_id(piece: Any) -> Any:
+    """The id of a TemplateProcessing piece that is a special token (None otherwise)."""
+    special = piece.get("SpecialToken") if isinstance(piece, dict) else None
+    return special.get("id") if isinstance(special, dict) else None
+
+
+def _template_flags(post_processor: Any, names: dict[str, str | None]) -> dict[str, bool]:
     """add_bos/add_eos/add_sep as a TemplateProcessing post-processor implies them."""
     flags: dict[str, bool] = {}
-    if not post_processor:
+    if not isinstance(post_processor, dict):
         return flags
-    for proc in post_processor.get("processors", [post_processor]):
+    processors = post_processor.get("processors", [post_processor])
+    for proc in processors if isinstance(processors, list) else []:
+        if not isinstance(proc, dict):
+            continue
         if proc.get("type") == "RobertaProcessing":
             flags.update(bos=True, eos=True, sep=True)
         if proc.get("type") != "TemplateProcessing":
             continue
-        single = proc.get("single") or []
-        first = single[0].get("SpecialToken", {}).get("id") if len(single) > 1 else None
-        last = single[-1].get("SpecialToken", {}).get("id") if len(single) > 1 else None
+        single = proc.get("single") if isinstance(proc.get("single"), list) else []
+        first = _special_token_id(single[0]) if len(single) > 1 else None
+        last = _special_token_id(single[-1]) if len(single) > 1 else None
         if first:
             flags["bos"] = first in (names["bos"], names["cls"])
         if last:
             flags["eos"] = last == names["eos"]
-        pair = proc.get("pair") or []
+        pair = proc.get("pair") if isinstance(proc.get("pair"), list) else []
         inner = pair[(1 if first else 0):(len(pair) - 1 if last else len(pair))]
-        middle = [p.get("SpecialToken", {}).get("id") for p in inner[1:-1]]
+        middle = [_special_token_id(p) for p in inner[1:-1]]
         if middle:
-            flags["sep"] = any(m in (names["sep"], names["eos"]) for m in middle if m) and not last
+            flags["sep"] = any(isinstance(m, str) and m in (names["sep"], names["eos"]) for m in middle) \
+                and not last
     return flags
 
 
@@ -132,12 +182,11 @@ def load_special_tokens(checkpoint, vocab: Vocab) -> None:
     tokens, else from config.json / generation_config.json ``<type>_token_id``. ``add_bos`` is
     always written: tokenizer_config's flag, else what the post-processor does, else False.
     """
-    tok_json = checkpoint.json("tokenizer.json") or {}
-    tok_config = checkpoint.json("tokenizer_config.json") or {}
-    added = tok_json.get("added_tokens") or []
-    decoder = tok_config.get("added_tokens_decoder") or {}
-    content_to_id = {a["content"]: int(a["id"]) for a in added}
-    content_to_id.update({v["content"]: int(k) for k, v in decoder.items() if "content" in v})
+    tok_json = checkpoint.json_object("tokenizer.json")
+    tok_config = checkpoint.json_object("tokenizer_config.json")
+    content_to_id = {e["content"]: i for i, e in added_token_entries(tok_json.get("added_tokens"), "tokenizer.json")}
+    content_to_id.update({e["content"]: i for i, e in added_token_entries(
+        tok_config.get("added_tokens_decoder"), "tokenizer_config.json")})
     names = {typ: _token_content(tok_config.get(f"{typ}_token")) for typ in SPECIAL_TOKEN_TYPES}
     n_vocab = len(vocab.tokens)
 
@@ -150,7 +199,7 @@ def load_special_tokens(checkpoint, vocab: Vocab) -> None:
     for typ in SPECIAL_TOKEN_TYPES:
         if names[typ] is not None:
             set_id(typ, content_to_id.get(names[typ]))
-    for source in (checkpoint.config, checkpoint.json("generation_config.json") or {}):
+    for source in (checkpoint.config, checkpoint.json_object("generation_config.json")):
         for typ in SPECIAL_TOKEN_TYPES:
             set_id(typ, source.get(f"{typ}_token_id"))
 
@@ -163,10 +212,11 @@ def load_special_tokens(checkpoint, vocab: Vocab) -> None:
     template = tok_config.get("chat_template")
     if template is None and checkpoint.file("chat_template.jinja"):
         template = checkpoint.file("chat_template.jinja").read_text(encoding="utf-8")
-    if template is None and checkpoint.json("chat_template.json"):
-        template = checkpoint.json("chat_template.json").get("chat_template")
+    if template is None and checkpoint.file("chat_template.json"):
+        template = checkpoint.json_object("chat_template.json").get("chat_template")
     if isinstance(template, list):   # named templates: keep the default one
-        template = next((t.get("template") for t in template if t.get("name") == "default"), None)
+        template = next((t.get("template") for t in template if isinstance(t, dict) and t.get("name") == "default"),
+                        None)
     vocab.chat_template = template if isinstance(template, str) else None
 
 

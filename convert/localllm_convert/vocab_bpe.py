@@ -13,7 +13,7 @@ from hashlib import sha256
 from pathlib import Path
 from typing import Any
 
-from .vocab import TokenType, Vocab, VocabError, looks_special
+from .vocab import TokenType, Vocab, VocabError, looks_special, token_id
 
 __all__ = ["load_bpe_vocab", "detect_pre_tokenizer", "CHECK_TEXT", "KNOWN_PRE_HASHES"]
 
@@ -82,7 +82,11 @@ def detect_pre_tokenizer(tokenizer_json: dict[str, Any], path: Path | None = Non
         tokenizer = Tokenizer.from_file(str(path)) if path is not None \
             else Tokenizer.from_str(json.dumps(tokenizer_json))
         ids = tokenizer.encode(CHECK_TEXT).ids
-    except Exception as e:  # the tokenizers library raises its own exception type
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as e:  # noqa: B036 -- the library's own exception types, and a Rust panic
+        # in it (pyo3's PanicException, a BaseException: a template naming a special token it
+        # does not define) is the same malformed file to the user
         raise VocabError(f"tokenizer.json cannot be loaded by the tokenizers library: {e}") from None
     digest = sha256(str(ids).encode()).hexdigest()
     if digest in KNOWN_PRE_HASHES:
@@ -112,18 +116,6 @@ def _merges(model: dict[str, Any]) -> list[str]:
     return out
 
 
-# More ids than any vocabulary has (the largest are ~262k): an id beyond it is a broken file,
-# refused before a list of that many placeholder tokens is built.
-MAX_TOKEN_ID = 1 << 24
-
-
-def _token_id(value: Any, token: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < MAX_TOKEN_ID:
-        raise VocabError(f"tokenizer.json: token {token!r:.40} has id {value!r:.40}; ids are integers in "
-                         f"[0, {MAX_TOKEN_ID})")
-    return value
-
-
 def _checked_tokens(tokenizer_json: Any) -> tuple[dict[str, Any], dict[int, str], dict[int, dict]]:
     """The BPE model, its tokens by id and the added tokens by id, each checked for its JSON type
     (fuzz_convert.py found an added token without an id ending in a KeyError traceback)."""
@@ -132,7 +124,7 @@ def _checked_tokens(tokenizer_json: Any) -> tuple[dict[str, Any], dict[int, str]
     model = tokenizer_json.get("model") or {}
     if not isinstance(model, dict) or model.get("type") != "BPE" or not isinstance(model.get("vocab"), dict):
         raise VocabError("tokenizer.json does not hold a BPE model with a vocab")
-    by_id = {_token_id(i, tok): tok for tok, i in model["vocab"].items()}
+    by_id = {token_id(i, tok, "tokenizer.json"): tok for tok, i in model["vocab"].items()}
     added_tokens = tokenizer_json.get("added_tokens") or []
     if not isinstance(added_tokens, list):
         raise VocabError("tokenizer.json: added_tokens must be a list")
@@ -140,7 +132,7 @@ def _checked_tokens(tokenizer_json: Any) -> tuple[dict[str, Any], dict[int, str]
     for a in added_tokens:
         if not isinstance(a, dict) or not isinstance(a.get("content"), str):
             raise VocabError(f"tokenizer.json: added token {a!r:.80} needs an 'id' and a string 'content'")
-        added[_token_id(a.get("id"), a["content"])] = a
+        added[token_id(a.get("id"), a["content"], "tokenizer.json")] = a
     for i, a in added.items():
         by_id[i] = a["content"]
     if not by_id:

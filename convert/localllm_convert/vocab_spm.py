@@ -11,7 +11,7 @@ import struct
 from pathlib import Path
 from typing import Iterator
 
-from .vocab import TokenType, Vocab, VocabError, looks_special
+from .vocab import TokenType, Vocab, VocabError, added_token_entries, looks_special
 
 __all__ = ["SentencePieceModel", "parse_sentencepiece", "load_spm_vocab"]
 
@@ -171,17 +171,17 @@ def load_spm_vocab(path: Path, checkpoint, vocab_size: int | None) -> Vocab:
             types[token_id] = int(TokenType.USER_DEFINED)
         tokens[token_id], scores[token_id] = content, -1000.0
 
-    added_json = checkpoint.json("added_tokens.json") or {}
-    for content, token_id in added_json.items():
-        if 0 <= int(token_id) < n:
-            tokens[int(token_id)], scores[int(token_id)] = content, -1000.0
-            types[int(token_id)] = int(TokenType.USER_DEFINED)
-    decoder = (checkpoint.json("tokenizer_config.json") or {}).get("added_tokens_decoder")
+    for content, token_id in checkpoint.json_object("added_tokens.json").items():
+        if isinstance(token_id, bool) or not isinstance(token_id, int):
+            raise VocabError(f"added_tokens.json: {content!r:.40} needs an integer id, got {token_id!r:.40}")
+        if 0 <= token_id < n:
+            tokens[token_id], scores[token_id] = content, -1000.0
+            types[token_id] = int(TokenType.USER_DEFINED)
+    decoder = checkpoint.json_object("tokenizer_config.json").get("added_tokens_decoder")
     if decoder:
-        entries = [(int(k), v) for k, v in decoder.items()]
+        entries = added_token_entries(decoder, "tokenizer_config.json")
     else:
-        entries = [(int(a["id"]), a) for a in (checkpoint.json("tokenizer.json") or {})
-                   .get("added_tokens", [])]
+        entries = added_token_entries(checkpoint.json_object("tokenizer.json").get("added_tokens"), "tokenizer.json")
     for token_id, entry in entries:
         override(token_id, entry["content"], bool(entry.get("special")))
     return Vocab(model="llama", pre="default", tokens=tokens, types=types, scores=scores,

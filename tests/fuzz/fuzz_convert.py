@@ -32,8 +32,15 @@ def seeds():
               "vocab_size": 4, "max_position_embeddings": 64, "rms_norm_eps": 1e-5,
               "rope_scaling": {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 32}}
     tokenizer = {"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2, "\u0120": 3}, "merges": ["a b"]},
-                 "added_tokens": [{"id": 3, "content": "<s>", "special": True}],
-                 "pre_tokenizer": {"type": "ByteLevel"}}
+                 "added_tokens": [{"id": 3, "content": "<s>", "special": True, "single_word": False,
+                                   "lstrip": False, "rstrip": False, "normalized": False}],
+                 # valid for the tokenizers library, so the special-token readers after it run
+                 "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+                                   "use_regex": True},
+                 "post_processor": {"type": "TemplateProcessing", "single": [
+                     {"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+                     "pair": [],
+                     "special_tokens": {"<s>": {"id": "<s>", "ids": [3], "tokens": ["<s>"]}}}}
     header = json.dumps({"model.embed_tokens.weight": {"dtype": "F32", "shape": [4, 32],
                                                        "data_offsets": [0, 512]}}).encode()
     yield json.dumps(config).encode() + SEP + json.dumps(tokenizer).encode() + SEP + header

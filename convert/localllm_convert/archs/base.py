@@ -8,6 +8,7 @@ before anything is written.
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -101,7 +102,7 @@ def _json_object(value: Any, key: str) -> dict[str, Any]:
 def rope_number(rope: dict[str, Any], key: str, kind: str) -> float:
     """A number the rope scaling of type ``kind`` needs (CheckpointError when absent or not one)."""
     value = rope.get(key)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
         raise CheckpointError(f"config.json: rope scaling of type {kind!r} needs a positive number "
                               f"{key!r}, got {value!r:.80}")
     return value
@@ -145,6 +146,29 @@ def _int(config: dict[str, Any], key: str, default: Any = None) -> int:
     return value
 
 
+def config_number(config: dict[str, Any], key: str, default: float | None = None,
+                  where: str = "config.json") -> float:
+    """A finite real number from a JSON object (``default`` when absent or null), or a
+    CheckpointError naming the key: ``float()`` on a list, a string or 1e400 would raise
+    something a user should not see."""
+    value = config.get(key)
+    if value is None:
+        value = default
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise CheckpointError(f"{where}: {key} must be a number, got {value!r:.80}")
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number):
+        raise CheckpointError(f"{where}: {key} must be a finite number, got {value!r:.80}")
+    return number
+
+
+def _optional_int(config: dict[str, Any], key: str) -> int | None:
+    return None if config.get(key) is None else _int(config, key)
+
+
 class ArchConverter:
     """Base class: llama-style decoder layers with HF's usual tensor names."""
 
@@ -185,8 +209,8 @@ class ArchConverter:
             n_layer=_int(c, "num_hidden_layers"), n_embd=n_embd,
             n_ff=_int(c, "intermediate_size"), n_head=n_head,
             n_head_kv=_int(c, "num_key_value_heads", n_head), head_dim=_int({"h": head_dim}, "h"),
-            vocab_size=_int(c, "vocab_size"), n_ctx=c.get("max_position_embeddings"),
-            rms_eps=float(c.get("rms_norm_eps", 1e-6)))
+            vocab_size=_int(c, "vocab_size"), n_ctx=_optional_int(c, "max_position_embeddings"),
+            rms_eps=config_number(c, "rms_norm_eps", 1e-6))
 
     def rope_parameters(self) -> dict[str, Any]:
         """rope_theta and scaling, from ``rope_parameters`` (transformers 5) or the old keys."""
@@ -213,7 +237,7 @@ class ArchConverter:
         w.add_head_count_kv(hp.n_head_kv)
         rope = self.rope_parameters()
         if rope.get("rope_theta") is not None:
-            w.add_rope_freq_base(float(rope["rope_theta"]))
+            w.add_rope_freq_base(config_number(rope, "rope_theta"))
         w.add_layer_norm_rms_eps(hp.rms_eps)
         if self.config.get("head_dim") is not None:
             w.add_key_length(hp.head_dim)

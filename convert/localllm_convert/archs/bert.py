@@ -11,11 +11,11 @@ written as llama.cpp's ``bert`` tokenizer model: a word-initial piece gets a lea
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from ..checkpoint import CheckpointError
-from ..vocab import TokenType, Vocab, VocabError, load_special_tokens
-from .base import ArchConverter, HParams, _int, register, sentence_transformers_pooling
+from ..vocab import (TokenType, Vocab, VocabError, added_token_entries, json_object_or_empty, load_special_tokens,
+                     token_id)
+from .base import ArchConverter, HParams, _int, config_number, register, sentence_transformers_pooling
 
 __all__ = ["BertConverter", "load_wordpiece_vocab"]
 
@@ -53,7 +53,7 @@ def write_encoder_metadata(w, hp: HParams, arch: str, config: dict) -> None:
     w.add_layer_norm_eps(hp.rms_eps)
     w.add_bool(f"{arch}.attention.causal", False)
     # llama.cpp refuses a bert-family file without it ("bert model needs to define token type count").
-    w.add_uint32("tokenizer.ggml.token_type_count", int(config.get("type_vocab_size", 2)))
+    w.add_uint32("tokenizer.ggml.token_type_count", _int(config, "type_vocab_size", 2))
 
 
 @register("BertModel", "BertForSequenceClassification")
@@ -78,7 +78,7 @@ class BertConverter(ArchConverter):
         return HParams(n_layer=_int(c, "num_hidden_layers"), n_embd=n_embd, n_ff=_int(c, "intermediate_size"),
                        n_head=n_head, n_head_kv=n_head, head_dim=n_embd // n_head,
                        vocab_size=_int(c, "vocab_size"), n_ctx=_int(c, "max_position_embeddings"),
-                       rms_eps=float(c.get("layer_norm_eps", 1e-12)))
+                       rms_eps=config_number(c, "layer_norm_eps", 1e-12))
 
     def pooling(self) -> str | None:
         if self.classifier:
@@ -90,6 +90,8 @@ class BertConverter(ArchConverter):
         write_encoder_metadata(w, self.hp, a, self.config)
         if self.classifier:
             labels = self.config.get("id2label") or {}
+            if not isinstance(labels, dict) or not all(isinstance(k, str) and k.isdecimal() for k in labels):
+                raise CheckpointError(f"config.json: id2label must map class numbers to names, got {labels!r:.80}")
             w.add_array(f"{a}.classifier.output_labels", [str(labels[k]) for k in sorted(labels, key=int)])
 
     def map_name(self, hf_name: str) -> str | None:
@@ -146,17 +148,19 @@ def _phantom(token: str) -> str:
 
 def load_wordpiece_vocab(ckpt, vocab_size: int) -> Vocab:
     """tokenizer.json's WordPiece vocabulary (or vocab.txt), lower-casing checkpoints only."""
-    tok_json: dict[str, Any] = ckpt.json("tokenizer.json") or {}
-    model = tok_json.get("model") or {}
+    tok_json = ckpt.json_object("tokenizer.json")
+    model = json_object_or_empty(tok_json.get("model"))
     if model.get("type") == "WordPiece":
-        by_id = {int(i): t for t, i in model["vocab"].items()}
+        if not isinstance(model.get("vocab"), dict) or not model["vocab"]:
+            raise VocabError("tokenizer.json: a WordPiece model needs a non-empty vocab object")
+        by_id = {token_id(i, t, "tokenizer.json"): t for t, i in model["vocab"].items()}
         tokens = [by_id.get(i, f"[PAD{i}]") for i in range(max(by_id) + 1)]
     elif ckpt.file("vocab.txt") is not None:
         tokens = ckpt.file("vocab.txt").read_text(encoding="utf-8").splitlines()
     else:
         raise VocabError(f"{ckpt.dir} has no WordPiece vocabulary (tokenizer.json or vocab.txt)")
-    normalizer = tok_json.get("normalizer") or {}
-    tok_config = ckpt.json("tokenizer_config.json") or {}
+    normalizer = json_object_or_empty(tok_json.get("normalizer"))
+    tok_config = ckpt.json_object("tokenizer_config.json")
     lowercase = not (normalizer.get("lowercase") is False or tok_config.get("do_lower_case") is False)
     if normalizer.get("strip_accents") not in (None, lowercase):
         raise VocabError(f"strip_accents={normalizer['strip_accents']} with lowercase={lowercase} is not supported "
@@ -164,7 +168,8 @@ def load_wordpiece_vocab(ckpt, vocab_size: int) -> Vocab:
     if len(tokens) > vocab_size:
         raise VocabError(f"the vocabulary has {len(tokens)} tokens, config.json's vocab_size is {vocab_size}")
     tokens += [f"[PAD{i}]" for i in range(len(tokens), vocab_size)]
-    special = {a["content"] for a in tok_json.get("added_tokens") or [] if a.get("special")}
+    special = {a["content"] for _, a in added_token_entries(tok_json.get("added_tokens"), "tokenizer.json")
+               if a.get("special")}
     special |= {t for t in ("[CLS]", "[SEP]", "[UNK]", "[PAD]", "[MASK]") if t in tokens}
     types = [TokenType.CONTROL if t in special else TokenType.NORMAL for t in tokens]
     vocab = Vocab(model="bert", pre="default", tokens=[_phantom(t) for t in tokens], types=[int(t) for t in types])

@@ -3,7 +3,7 @@ sliding window on every other layer, and the attention and final logit soft-capp
 (``attn_logit_softcapping``, ``final_logit_softcapping``) written as llama.cpp's keys."""
 from __future__ import annotations
 
-from .base import ArchConverter, register
+from .base import ArchConverter, config_number, register
 from .gemma3 import Gemma3Converter
 
 __all__ = ["Gemma2Converter"]
@@ -25,5 +25,5 @@ class Gemma2Converter(Gemma3Converter):
     def write_metadata(self, w) -> None:
         super().write_metadata(w)
         # None (no capping) is written as 0: the runtime's defaults, llama.cpp's, are 50 and 30.
-        w.add_attn_logit_softcapping(float(self.config.get("attn_logit_softcapping") or 0.0))
-        w.add_final_logit_softcapping(float(self.config.get("final_logit_softcapping") or 0.0))
+        w.add_attn_logit_softcapping(config_number(self.config, "attn_logit_softcapping", 0.0))
+        w.add_final_logit_softcapping(config_number(self.config, "final_logit_softcapping", 0.0))

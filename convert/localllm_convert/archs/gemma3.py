@@ -12,7 +12,7 @@ import logging
 import gguf
 
 from ..checkpoint import CheckpointError
-from .base import ArchConverter, PlannedTensor, register, rope_number
+from .base import ArchConverter, PlannedTensor, config_number, register, rope_number
 
 __all__ = ["Gemma3Converter", "SWA_PATTERN"]
 
@@ -86,7 +86,7 @@ class Gemma3Converter(ArchConverter):
         w.add_key_length(hp.head_dim)
         w.add_value_length(hp.head_dim)
         rope = self.rope_parameters()
-        w.add_rope_freq_base(float(rope["rope_theta"]))
+        w.add_rope_freq_base(config_number(rope, "rope_theta"))
         w.add_sliding_window(int(self.config["sliding_window"]))
         w.add_head_count_kv(hp.n_head_kv)
         kind = rope.get("rope_type") or "default"

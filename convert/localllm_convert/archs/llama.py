@@ -12,7 +12,7 @@ import math
 import gguf
 import numpy as np
 
-from .base import ArchConverter, PlannedTensor, register, rope_number, write_yarn
+from .base import ArchConverter, PlannedTensor, config_number, register, rope_number, write_yarn
 
 __all__ = ["LlamaConverter", "permute_rotary_rows"]
 
@@ -28,10 +28,10 @@ def permute_rotary_rows(w: np.ndarray, n_head: int) -> np.ndarray:
 
 def llama3_rope_factors(rope: dict, head_dim: int) -> np.ndarray:
     """Per-frequency scaling factors of Llama 3.1's "llama3" rope type ([head_dim/2] f32)."""
-    base = float(rope["rope_theta"])
-    factor = float(rope.get("factor", 8.0))
-    low, high = float(rope.get("low_freq_factor", 1.0)), float(rope.get("high_freq_factor", 4.0))
-    old_ctx = float(rope.get("original_max_position_embeddings", 8192))
+    base = config_number(rope, "rope_theta")
+    factor = config_number(rope, "factor", 8.0)
+    low, high = config_number(rope, "low_freq_factor", 1.0), config_number(rope, "high_freq_factor", 4.0)
+    old_ctx = config_number(rope, "original_max_position_embeddings", 8192)
     freqs = 1.0 / (base ** (np.arange(0, head_dim, 2, dtype=np.float32) / head_dim))
     factors = []
     for freq in freqs:

@@ -11,7 +11,7 @@ import re
 
 from ..checkpoint import CheckpointError
 from ..vocab import Vocab
-from .base import ArchConverter, HParams, _int, register
+from .base import ArchConverter, HParams, _int, config_number, register
 from .bert import load_wordpiece_vocab, write_encoder_metadata
 
 __all__ = ["NomicBertConverter"]
@@ -55,7 +55,7 @@ class NomicBertConverter(ArchConverter):
             raise CheckpointError("config.json: head_dim x num_attention_heads must equal hidden_size")
         return HParams(n_layer=_int(c, "num_hidden_layers"), n_embd=n_embd, n_ff=_int(c, "intermediate_size"),
                        n_head=n_head, n_head_kv=n_head, head_dim=head_dim, vocab_size=_int(c, "vocab_size"),
-                       n_ctx=_int(c, "max_position_embeddings"), rms_eps=float(c.get("layer_norm_eps", 1e-12)))
+                       n_ctx=_int(c, "max_position_embeddings"), rms_eps=config_number(c, "layer_norm_eps", 1e-12))
 
     def pooling(self) -> str | None:
         return super().pooling() or "mean"    # nomic-embed-text pools by the mean

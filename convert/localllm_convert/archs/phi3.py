@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import ArchConverter, CheckpointError, PlannedTensor, register
+from .base import ArchConverter, CheckpointError, PlannedTensor, config_number, register
 
 __all__ = ["Phi3Converter"]
 
@@ -30,7 +30,7 @@ class Phi3Converter(ArchConverter):
     }
 
     def rope_dims(self) -> int:
-        return int(self.hp.head_dim * float(self.config.get("partial_rotary_factor", 1.0)))
+        return int(self.hp.head_dim * config_number(self.config, "partial_rotary_factor", 1.0))
 
     def write_metadata(self, w) -> None:
         super().write_metadata(w)
@@ -64,7 +64,7 @@ class Phi3Converter(ArchConverter):
         scale = (self.hp.n_ctx or original) / original
         attn_factor = math.sqrt(1 + math.log(scale) / math.log(original)) if scale > 1.0 else 1.0
         given = rope.get("attention_factor")
-        if given is not None and not math.isclose(float(given), attn_factor, rel_tol=1e-6):
+        if given is not None and not math.isclose(config_number(rope, "attention_factor"), attn_factor, rel_tol=1e-6):
             raise CheckpointError(f"config.json: LongRoPE attention_factor={given!r:.40} differs from the one "
                                   f"GGUF readers compute ({attn_factor:.6f}); the file would run differently")
         return {"original": original, "attn_factor": attn_factor, **factors}

@@ -15,11 +15,13 @@ scores, the precompiled normalization charsmap, and add_bos/add_eos/add_sep so t
 from __future__ import annotations
 
 import base64
+import binascii
 import dataclasses
 from typing import Any
 
 from ..checkpoint import CheckpointError
-from ..vocab import TokenType, Vocab, VocabError, load_special_tokens
+from ..vocab import (TokenType, Vocab, VocabError, added_token_entries, json_object_or_empty, load_special_tokens,
+                     token_id)
 from .base import HParams, PlannedTensor, _int, register
 from .bert import BertConverter
 
@@ -81,27 +83,38 @@ class XLMRobertaConverter(BertConverter):
 
 def _unigram_parts(tok_json: dict[str, Any]) -> tuple[list[Any], int, bytes | None, bool]:
     """(vocab [[piece, score]...], unk_id, precompiled charsmap, add_space_prefix) of tokenizer.json."""
-    model = tok_json.get("model") or {}
-    if model.get("type") != "Unigram" or not isinstance(model.get("vocab"), list):
-        raise VocabError("tokenizer.json does not hold a Unigram model with a vocab "
+    model = json_object_or_empty(tok_json.get("model"))
+    pieces = model.get("vocab")
+    if model.get("type") != "Unigram" or not isinstance(pieces, list) or not all(
+            isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) and isinstance(p[1], (int, float))
+            and not isinstance(p[1], bool) for p in pieces):
+        raise VocabError("tokenizer.json does not hold a Unigram model with a vocab of [piece, score] pairs "
                          "(XLM-RoBERTa's SentencePiece tokenizer)")
     charsmap = None
-    normalizer = tok_json.get("normalizer") or {}
-    for norm in normalizer.get("normalizers") or [normalizer]:
-        if norm.get("type") == "Precompiled" and norm.get("precompiled_charsmap"):
-            charsmap = base64.b64decode(norm["precompiled_charsmap"])
+    normalizer = json_object_or_empty(tok_json.get("normalizer"))
+    for norm in _steps(normalizer, "normalizers"):
+        if norm.get("type") == "Precompiled" and isinstance(norm.get("precompiled_charsmap"), str):
+            try:
+                charsmap = base64.b64decode(norm["precompiled_charsmap"], validate=True) or None
+            except binascii.Error as e:
+                raise VocabError(f"tokenizer.json: precompiled_charsmap is not base64: {e}") from None
     add_prefix = True
-    pre = tok_json.get("pre_tokenizer") or {}
-    for p in pre.get("pretokenizers") or [pre]:
+    for p in _steps(json_object_or_empty(tok_json.get("pre_tokenizer")), "pretokenizers"):
         if p.get("type") == "Metaspace":
-            add_prefix = p.get("prepend_scheme", "always") != "never" and p.get("add_prefix_space", True)
+            add_prefix = p.get("prepend_scheme", "always") != "never" and p.get("add_prefix_space", True) is not False
     unk = model.get("unk_id")
-    return model["vocab"], (3 if unk is None else int(unk)), charsmap, add_prefix
+    return pieces, (3 if unk is None else token_id(unk, "unk", "tokenizer.json")), charsmap, add_prefix
+
+
+def _steps(part: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    """A normalizer's or pre-tokenizer's steps: those of a Sequence, else the part itself."""
+    steps = part.get(key)
+    return [s for s in steps if isinstance(s, dict)] if isinstance(steps, list) else [part]
 
 
 def load_unigram_vocab(ckpt, vocab_size: int) -> Vocab:
     """tokenizer.json's Unigram vocabulary as llama.cpp writes it (tokenizer model ``t5``)."""
-    tok_json: dict[str, Any] = ckpt.json("tokenizer.json") or {}
+    tok_json = ckpt.json_object("tokenizer.json")
     if not tok_json:
         raise VocabError(f"{ckpt.dir} has no tokenizer.json (an XLM-RoBERTa checkpoint's SentencePiece "
                          f"vocabulary is read from it)")
@@ -111,7 +124,8 @@ def load_unigram_vocab(ckpt, vocab_size: int) -> Vocab:
     tokens = [f"[PAD{i}]" for i in range(vocab_size)]
     scores = [-10000.0] * vocab_size
     types = [int(TokenType.UNUSED)] * vocab_size
-    special = {a["content"] for a in tok_json.get("added_tokens") or [] if a.get("special")}
+    special = {a["content"] for _, a in added_token_entries(tok_json.get("added_tokens"), "tokenizer.json")
+               if a.get("special")}
     for i, (piece, score) in enumerate(pieces):
         tokens[i], scores[i] = piece, float(score)
         types[i] = int(TokenType.UNKNOWN if i == unk_id else TokenType.CONTROL if piece in special
