@@ -126,10 +126,6 @@ public:
     // (nullptr). Returns false where the backend cannot observe (the default: a device backend).
     virtual bool observe_activations(ActivationStats* stats) { return stats == nullptr; }
 
-    // Whether kv_write and attention take a cache with a quantized side (q8_0 / q4_0,
-    // model/kv_cache.h). Default: F16 sides only.
-    virtual bool quantized_kv() const { return false; }
-
     // ---- layer-level operations ----
     // Several matrices on the same x[T, K] (q/k/v, gate/up): each out[i].y = x . out[i].w^T.
     virtual void linear_group(const LinearOut* outs, int n, const float* x, int64_t T) = 0;

@@ -34,6 +34,10 @@ struct BackendInfo {
     const char* name;   // the device string ("CPU", ...): Model.allocated's keys, layer_devices
     bool compiled;      // this build has its code (a device may still be absent at run time)
     bool host;          // runs on host memory with the CPU's kernels (the KV the host reads)
+    // Its kv_write and attention take a cache with a quantized side (q8_0 / q4_0,
+    // model/kv_cache.h); false: F16 sides only (the model refuses such a layer, -ngl auto keeps
+    // the cache on the host).
+    bool quantized_kv;
     // The backend of one placement; null where !compiled.
     std::unique_ptr<Backend> (*make)(const BackendConfig& cfg);
     // The bytes its allocators will ask for (the planner's rule; known without the device, so

@@ -1,5 +1,5 @@
 // bind_devices.cpp — the backend registry's Python face (backends/registry.h): which devices this
-// build has, `resolve_device(spec)`, and for each device backend `<name>_compiled`,
+// build has, `resolve_device(spec)`, `backend_quantized_kv(name)`, and for each device backend `<name>_compiled`,
 // `<name>_device_count()` and `<name>_free_memory(device)` (0 where this build or machine has none),
 // plus `<name>_device_name(device)` and `<name>_mem_info(device)` where the build has it. Names follow the registry (e.g. cuda_device_count
 // for "CUDA"), so a backend added there appears here with no change.
@@ -56,6 +56,12 @@ void register_devices(py::module_& m) {
             throw std::invalid_argument("device must be " + lll::backend_names() + ", not '" + device + "'");
         return lll::backend_compiled(p);
     }, py::arg("device"), ("Whether this build has the backend of a device (" + lll::backend_names() + ").").c_str());
+    m.def("backend_quantized_kv", [](const std::string& device) {
+        const lll::Placement p = lll::find_placement(device);
+        if (p.backend < 0)
+            throw std::invalid_argument("device must be " + lll::backend_names() + ", not '" + device + "'");
+        return lll::backend_info(p).quantized_kv;
+    }, py::arg("device"), "Whether a backend's attention reads a q8_0/q4_0 KV cache (else f16 only).");
     m.def("resolve_device", [](const std::string& spec) {
         const lll::Placement p = lll::resolve_offload(spec);
         return py::make_tuple(std::string(lll::placement_name(p)), (int)p.device);

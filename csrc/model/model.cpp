@@ -56,7 +56,7 @@ Model::Model(const std::string& path, int n_threads, int64_t kv_blocks, int kv_b
     for (Placement p : placements_used(placement_)) backends_.push_back(make_backend(p, cfg));
     for (Placement p : placement_.layers) layer_backend_.push_back(&backend_at(p));
     for (const Backend* b : layer_backend_)   // each layer's KV lives on its backend
-        if (quantized_kv && !b->quantized_kv())
+        if (quantized_kv && !backend_info(b->placement()).quantized_kv)
             throw std::invalid_argument("a " + kv_name + " KV cache does not run on " + placement_spec(b->placement()) +
                                         " (its attention reads f16); use an f16 cache or n_gpu_layers = 0");
     output_backend_ = &backend_at(placement_.output);

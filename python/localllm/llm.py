@@ -235,8 +235,8 @@ class LLM:
         which neither reads the file again nor touches CUDA."""
         pool = None if kv_blocks is None else kv_blocks + 1                # + the null block
         if (ngl == "auto" and self.cache_types != ("f16", "f16")
-                and _core.resolve_device(self.device_spec)[0] == "CUDA"):
-            return None       # CUDA's attention reads an f16 cache only: auto keeps this one on the CPU
+                and not _core.backend_quantized_kv(_core.resolve_device(self.device_spec)[0])):
+            return None       # the backend's attention reads an f16 cache only: auto keeps this one on the CPU
         gpu_free = gpu_free_bytes(self.device_spec) if ngl != 0 else None
         if gpu_free is None and ngl not in (0, "auto"):
             dev, number = _core.resolve_device(self.device_spec)

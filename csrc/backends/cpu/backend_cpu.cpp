@@ -64,7 +64,6 @@ public:
         observer_ = stats;
         return true;
     }
-    bool quantized_kv() const override { return true; }
     void linear_group(const LinearOut* outs, int n, const float* x, int64_t T) override;
     void rms_norm(const float* x, const WeightRef& w, float* y, int64_t rows, int64_t n, float eps) override {
         rms_norm_rows(pool_, x, w.f32(), y, rows, n, eps);

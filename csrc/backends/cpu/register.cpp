@@ -13,6 +13,7 @@ const BackendInfo& cpu_backend_info() {
         "CPU",
         /*compiled=*/true,
         /*host=*/true,
+        /*quantized_kv=*/true,
         &make_cpu_backend,
         &cpu_footprint,
         /*device_count=*/nullptr,

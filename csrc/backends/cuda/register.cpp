@@ -36,13 +36,13 @@ std::string device_name(int device) {
 }  // namespace
 
 const BackendInfo& cuda_backend_info() {
-    static const BackendInfo info{"CUDA", /*compiled=*/true, /*host=*/false, &make_cuda_backend, &cuda_footprint,
+    static const BackendInfo info{"CUDA", /*compiled=*/true, /*host=*/false, /*quantized_kv=*/false, &make_cuda_backend, &cuda_footprint,
                                   &device_count, &default_device, &device_name, &mem_info};
     return info;
 }
 #else
 const BackendInfo& cuda_backend_info() {
-    static const BackendInfo info{"CUDA", /*compiled=*/false, /*host=*/false, /*make=*/nullptr, &cuda_footprint,
+    static const BackendInfo info{"CUDA", /*compiled=*/false, /*host=*/false, /*quantized_kv=*/false, /*make=*/nullptr, &cuda_footprint,
                                   /*device_count=*/[] { return 0; }, /*default_device=*/[](bool) { return -1; },
                                   /*device_name=*/nullptr, /*mem_info=*/nullptr};
     return info;

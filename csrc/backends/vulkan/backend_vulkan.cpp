@@ -82,7 +82,6 @@ public:
     void place_weights(const std::vector<WeightRef*>& matrices, const std::vector<WeightRef*>& vectors) override;
     void reserve(int64_t T) override;
     void begin_batch(const Batch& b) override;
-    bool quantized_kv() const override { return true; }
 
     void linear_group(const LinearOut* outs, int n, const float* x, int64_t T) override;
     void rms_norm(const float* x, const WeightRef& w, float* y, int64_t rows, int64_t n, float eps) override {

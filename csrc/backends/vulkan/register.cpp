@@ -81,13 +81,13 @@ int vulkan_device_for_placement(Placement p) {
 }
 
 const BackendInfo& vulkan_backend_info() {
-    static const BackendInfo info{"Vulkan", /*compiled=*/true, /*host=*/false, &make_vulkan_backend,
+    static const BackendInfo info{"Vulkan", /*compiled=*/true, /*host=*/false, /*quantized_kv=*/true, &make_vulkan_backend,
                                   &vulkan_footprint, &device_count, &default_device, &device_name, &mem_info};
     return info;
 }
 #else
 const BackendInfo& vulkan_backend_info() {
-    static const BackendInfo info{"Vulkan", /*compiled=*/false, /*host=*/false, /*make=*/nullptr, &vulkan_footprint,
+    static const BackendInfo info{"Vulkan", /*compiled=*/false, /*host=*/false, /*quantized_kv=*/true, /*make=*/nullptr, &vulkan_footprint,
                                   /*device_count=*/[] { return 0; }, /*default_device=*/[](bool) { return -1; },
                                   /*device_name=*/nullptr, /*mem_info=*/nullptr};
     return info;
