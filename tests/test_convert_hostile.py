@@ -188,6 +188,9 @@ WORDPIECE = {"model": {"type": "WordPiece", "vocab": {"[CLS]": 0, "[SEP]": 1, "a
     ({**BERT, "layer_norm_eps": True}, WORDPIECE, {}, "layer_norm_eps must be a number"),
     ({**BERT, "id2label": [1]}, WORDPIECE, {}, "id2label must map class numbers to names"),
     ({**BERT, "type_vocab_size": "2"}, WORDPIECE, {}, "type_vocab_size must be a positive integer"),
+    # found by a structured probe: 2**70 placeholder tokens (or layer names) filled the memory
+    ({**BERT, "vocab_size": 2**70}, WORDPIECE, {}, "vocab_size must be a positive integer up to 16777216"),
+    ({**LLAMA, "num_hidden_layers": 10**12}, BPE, {}, "num_hidden_layers must be a positive integer up to 4096"),
     (BERT, {**WORDPIECE, "model": True}, {}, "no WordPiece vocabulary"),
     (BERT, {"model": {"type": "WordPiece", "vocab": {"a": [0]}}}, {}, "token 'a' has id \\[0\\]"),
     (BERT, {**WORDPIECE, "added_tokens": [None]}, {}, "needs a string content"),

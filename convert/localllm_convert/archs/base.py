@@ -17,7 +17,7 @@ import gguf
 import numpy as np
 
 from ..checkpoint import Checkpoint, CheckpointError, TensorRef
-from ..vocab import Vocab, load_vocab
+from ..vocab import MAX_TOKEN_ID, Vocab, load_vocab
 
 __all__ = ["PlannedTensor", "ArchConverter", "register", "REGISTRY", "converter_for",
            "supported_architectures", "HParams", "sentence_transformers_pooling"]
@@ -139,10 +139,18 @@ def converter_for(checkpoint: Checkpoint) -> ArchConverter:
     return REGISTRY[arch](checkpoint)
 
 
+# Upper bounds on config.json's integers, so a corrupt file is refused before the converter
+# lists that many layer names or placeholder tokens: GGUF stores them as uint32; the largest
+# published models have ~128 layers and ~262k tokens.
+_INT_LIMITS = {"num_hidden_layers": 4096, "vocab_size": MAX_TOKEN_ID}
+_UINT32_MAX = (1 << 32) - 1
+
+
 def _int(config: dict[str, Any], key: str, default: Any = None) -> int:
     value = config.get(key, default)
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise CheckpointError(f"config.json: {key} must be a positive integer, got {value!r}")
+    limit = _INT_LIMITS.get(key, _UINT32_MAX)
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 < value <= limit:
+        raise CheckpointError(f"config.json: {key} must be a positive integer up to {limit}, got {value!r:.40}")
     return value
 
 
