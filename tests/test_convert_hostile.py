@@ -191,6 +191,11 @@ WORDPIECE = {"model": {"type": "WordPiece", "vocab": {"[CLS]": 0, "[SEP]": 1, "a
     # found by a structured probe: 2**70 placeholder tokens (or layer names) filled the memory
     ({**BERT, "vocab_size": 2**70}, WORDPIECE, {}, "vocab_size must be a positive integer up to 16777216"),
     ({**LLAMA, "num_hidden_layers": 10**12}, BPE, {}, "num_hidden_layers must be a positive integer up to 4096"),
+    ({**LLAMA, "architectures": ["Gemma3ForCausalLM"], "sliding_window": 16, "layer_types": True}, BPE, {},
+     "layer_types must be a list"),
+    ({**BERT, "architectures": ["NomicBertModel"], "head_dim": {"a": 1}}, WORDPIECE, {}, "head_dim must be a positive"),
+    ({**BERT, "architectures": ["NomicBertModel"], "rope_theta": None, "rope_parameters": {"rope_theta": None}},
+     WORDPIECE, {}, None),
     (BERT, {**WORDPIECE, "model": True}, {}, "no WordPiece vocabulary"),
     (BERT, {"model": {"type": "WordPiece", "vocab": {"a": [0]}}}, {}, "token 'a' has id \\[0\\]"),
     (BERT, {**WORDPIECE, "added_tokens": [None]}, {}, "needs a string content"),

@@ -212,11 +212,11 @@ class ArchConverter:
         c = self.config
         n_head = _int(c, "num_attention_heads")
         n_embd = _int(c, "hidden_size")
-        head_dim = c.get("head_dim") or n_embd // n_head
+        head_dim = c.get("head_dim") or n_embd // n_head      # checked by _int below
         return HParams(
             n_layer=_int(c, "num_hidden_layers"), n_embd=n_embd,
             n_ff=_int(c, "intermediate_size"), n_head=n_head,
-            n_head_kv=_int(c, "num_key_value_heads", n_head), head_dim=_int({"h": head_dim}, "h"),
+            n_head_kv=_int(c, "num_key_value_heads", n_head), head_dim=_int({"head_dim": head_dim}, "head_dim"),
             vocab_size=_int(c, "vocab_size"), n_ctx=_optional_int(c, "max_position_embeddings"),
             rms_eps=config_number(c, "rms_norm_eps", 1e-6))
 

@@ -54,6 +54,8 @@ class Gemma3Converter(ArchConverter):
         if not isinstance(c.get("sliding_window"), int):
             raise CheckpointError(f"config.json: {arch} needs an integer sliding_window")
         layer_types = c.get("layer_types")
+        if layer_types is not None and not isinstance(layer_types, list):
+            raise CheckpointError(f"config.json: layer_types must be a list, got {layer_types!r:.40}")
         if layer_types:
             expect = ["full_attention" if (i + 1) % self.swa_pattern == 0 else "sliding_attention"
                       for i in range(len(layer_types))]

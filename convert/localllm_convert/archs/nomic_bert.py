@@ -50,7 +50,7 @@ class NomicBertConverter(ArchConverter):
         if c.get("hidden_act", "silu") != "silu":
             raise CheckpointError(f"config.json: hidden_act {c['hidden_act']!r} is not supported (silu only)")
         n_head, n_embd = _int(c, "num_attention_heads"), _int(c, "hidden_size")
-        head_dim = c.get("head_dim") or n_embd // n_head
+        head_dim = _int({"head_dim": c.get("head_dim") or n_embd // n_head}, "head_dim")
         if head_dim * n_head != n_embd:
             raise CheckpointError("config.json: head_dim x num_attention_heads must equal hidden_size")
         return HParams(n_layer=_int(c, "num_hidden_layers"), n_embd=n_embd, n_ff=_int(c, "intermediate_size"),
@@ -66,7 +66,7 @@ class NomicBertConverter(ArchConverter):
         if (rope.get("rope_type") or "default") != "default":
             raise CheckpointError(f"unsupported rope scaling type {rope.get('rope_type')!r} for nomic-bert")
         write_encoder_metadata(w, hp, a, self.config)
-        w.add_rope_freq_base(float(rope.get("rope_theta", 1000.0)))
+        w.add_rope_freq_base(config_number(rope, "rope_theta", 1000.0))
 
     def map_name(self, hf_name: str) -> str | None:
         if hf_name in _MODEL_TENSORS:
