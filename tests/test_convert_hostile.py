@@ -194,6 +194,8 @@ WORDPIECE = {"model": {"type": "WordPiece", "vocab": {"[CLS]": 0, "[SEP]": 1, "a
     ({**LLAMA, "architectures": ["Gemma3ForCausalLM"], "sliding_window": 16, "layer_types": True}, BPE, {},
      "layer_types must be a list"),
     ({**BERT, "architectures": ["NomicBertModel"], "head_dim": {"a": 1}}, WORDPIECE, {}, "head_dim must be a positive"),
+    ({**LLAMA, "architectures": ["Qwen3MoeForCausalLM"], "num_experts": 2, "num_experts_per_tok": 1,
+      "moe_intermediate_size": 32, "norm_topk_prob": True, "mlp_only_layers": True}, BPE, {}, "mlp_only_layers=True"),
     ({**BERT, "architectures": ["NomicBertModel"], "rope_theta": None, "rope_parameters": {"rope_theta": None}},
      WORDPIECE, {}, None),
     (BERT, {**WORDPIECE, "model": True}, {}, "no WordPiece vocabulary"),

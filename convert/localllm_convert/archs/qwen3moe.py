@@ -45,7 +45,7 @@ class Qwen3MoeConverter(Qwen3Converter):
         unsupported: dict[str, Any] = {
             "norm_topk_prob": (c.get("norm_topk_prob", False), True),
             "decoder_sparse_step": (c.get("decoder_sparse_step", 1), 1),
-            "mlp_only_layers": (list(c.get("mlp_only_layers") or []), []),
+            "mlp_only_layers": (c.get("mlp_only_layers") or [], []),
             "shared_expert_intermediate_size": (c.get("shared_expert_intermediate_size") or 0, 0)}
         for key, (value, wanted) in unsupported.items():
             if value != wanted:
