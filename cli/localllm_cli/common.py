@@ -25,7 +25,8 @@ def add_cache_type_args(p: argparse.ArgumentParser) -> None:
         p.add_argument(short, f"--cache-type-{name}", dest=f"cache_type_{name}", default="f16",
                        type=str.lower, choices=["f16", "q8_0", "q4_0"],
                        help=f"KV cache type for {'K' if name == 'k' else 'V'}: f16 (default), q8_0 (about half "
-                            f"the memory) or q4_0 (about a quarter); quantized types run on the CPU")
+                            f"the memory) or q4_0 (about a quarter); quantized types run on the CPU and on "
+                            f"Vulkan layers, not on CUDA's")
 
 
 def cache_kwargs(args: argparse.Namespace) -> dict:
