@@ -181,7 +181,7 @@ WORDPIECE = {"model": {"type": "WordPiece", "vocab": {"[CLS]": 0, "[SEP]": 1, "a
      BPE, {}, "'original_max_position_embeddings'"),
     (LLAMA, {**BPE, "added_tokens": [{"id": "x", "content": "<s>"}]}, {}, "has id 'x'"),
     (LLAMA, BPE, {"tokenizer_config.json": [1]}, "tokenizer_config.json must be a JSON object"),
-    (LLAMA, BPE, {"tokenizer_config.json": {"added_tokens_decoder": {"3": "<s>"}}}, "needs a string content"),
+    (LLAMA, BPE, {"tokenizer_config.json": {"added_tokens_decoder": {"3": "<s>"}}}, "needs an 'id' and a string 'content'"),
     (LLAMA, BPE, {"generation_config.json": 5}, "generation_config.json must be a JSON object"),
     (LLAMA, {**BPE, "post_processor": {"type": "TemplateProcessing", "single": [1, 2]}}, {},
      "cannot be loaded by the tokenizers library"),
@@ -200,7 +200,7 @@ WORDPIECE = {"model": {"type": "WordPiece", "vocab": {"[CLS]": 0, "[SEP]": 1, "a
      WORDPIECE, {}, None),
     (BERT, {**WORDPIECE, "model": True}, {}, "no WordPiece vocabulary"),
     (BERT, {"model": {"type": "WordPiece", "vocab": {"a": [0]}}}, {}, "token 'a' has id \\[0\\]"),
-    (BERT, {**WORDPIECE, "added_tokens": [None]}, {}, "needs a string content"),
+    (BERT, {**WORDPIECE, "added_tokens": [None]}, {}, "needs an 'id' and a string 'content'"),
 ])
 def test_malformed_values_are_named(tmp_path, config, tokenizer, extra, needle):
     """Every reader a conversion runs (config, vocabulary, special tokens, metadata) on a value

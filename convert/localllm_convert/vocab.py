@@ -135,7 +135,7 @@ def added_token_entries(entries: Any, filename: str) -> list[tuple[int, dict[str
     out = []
     for tid, entry in pairs:
         if not isinstance(entry, dict) or not isinstance(entry.get("content"), str):
-            raise VocabError(f"{filename}: added token {entry!r:.60} needs a string content")
+            raise VocabError(f"{filename}: added token {entry!r:.60} needs an 'id' and a string 'content'")
         out.append((token_id(tid, entry["content"], filename), entry))
     return out
 

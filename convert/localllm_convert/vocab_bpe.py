@@ -13,7 +13,7 @@ from hashlib import sha256
 from pathlib import Path
 from typing import Any
 
-from .vocab import TokenType, Vocab, VocabError, looks_special, token_id
+from .vocab import TokenType, Vocab, VocabError, added_token_entries, looks_special, token_id
 
 __all__ = ["load_bpe_vocab", "detect_pre_tokenizer", "CHECK_TEXT", "KNOWN_PRE_HASHES"]
 
@@ -128,11 +128,7 @@ def _checked_tokens(tokenizer_json: Any) -> tuple[dict[str, Any], dict[int, str]
     added_tokens = tokenizer_json.get("added_tokens") or []
     if not isinstance(added_tokens, list):
         raise VocabError("tokenizer.json: added_tokens must be a list")
-    added: dict[int, dict] = {}
-    for a in added_tokens:
-        if not isinstance(a, dict) or not isinstance(a.get("content"), str):
-            raise VocabError(f"tokenizer.json: added token {a!r:.80} needs an 'id' and a string 'content'")
-        added[token_id(a.get("id"), a["content"], "tokenizer.json")] = a
+    added = dict(added_token_entries(added_tokens, "tokenizer.json"))
     for i, a in added.items():
         by_id[i] = a["content"]
     if not by_id:
