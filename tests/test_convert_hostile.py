@@ -59,7 +59,9 @@ class _Rope(ArchConverter):
 
 BAD_SCALING = [{"rope_type": "yarn"}, {"rope_type": "linear"},
                {"rope_type": "yarn", "factor": "x", "original_max_position_embeddings": 4096},
-               {"rope_type": "linear", "factor": [2]}]
+               {"rope_type": "linear", "factor": [2]}, {"rope_type": "linear", "factor": 0},
+               {"rope_type": "linear", "factor": 10**400},
+               {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": -4096}]
 
 
 @pytest.mark.parametrize("arch_module, cls_name, scaling",
@@ -79,7 +81,8 @@ def test_rope_scaling_without_a_usable_factor(arch_module, cls_name, scaling):
     class AnyWriter:   # accepts every add_* call
         def __getattr__(self, name):
             return lambda *a, **k: None
-    with pytest.raises(CheckpointError, match="'factor'"):
+    bad_key = "original_max_position_embeddings" if scaling.get("factor") == 2.0 else "factor"
+    with pytest.raises(CheckpointError, match=f"rope scaling of type '{scaling['rope_type']}'.*{bad_key}"):
         conv.write_metadata(AnyWriter())
 
 
@@ -178,7 +181,7 @@ WORDPIECE = {"model": {"type": "WordPiece", "vocab": {"[CLS]": 0, "[SEP]": 1, "a
     ({**LLAMA, "rope_theta": 1e400}, BPE, {}, "rope_theta must be a finite number"),
     ({**LLAMA, "max_position_embeddings": [64]}, BPE, {}, "max_position_embeddings must be a positive integer"),
     ({**LLAMA, "rope_scaling": {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 1e400}},
-     BPE, {}, "'original_max_position_embeddings'"),
+     BPE, {}, "type 'yarn': original_max_position_embeddings must be a finite number"),
     (LLAMA, {**BPE, "added_tokens": [{"id": "x", "content": "<s>"}]}, {}, "has id 'x'"),
     (LLAMA, BPE, {"tokenizer_config.json": [1]}, "tokenizer_config.json must be a JSON object"),
     (LLAMA, BPE, {"tokenizer_config.json": {"added_tokens_decoder": {"3": "<s>"}}}, "needs an 'id' and a string 'content'"),

@@ -47,20 +47,22 @@ void bind_device_queries(py::module_& m, const lll::BackendInfo& b) {
         }, py::arg("device") = 0, "(free, total) bytes of a device");
 }
 
+// The placement a device name ("cpu", "vulkan", ...) names; invalid_argument listing the names
+// this build knows when it names none.
+lll::Placement placement_named(const std::string& device) {
+    const lll::Placement p = lll::find_placement(device);
+    if (p.backend < 0) throw std::invalid_argument("device must be " + lll::backend_names() + ", not '" + device + "'");
+    return p;
+}
+
 }  // namespace
 
 void register_devices(py::module_& m) {
     m.def("backend_compiled", [](const std::string& device) {
-        const lll::Placement p = lll::find_placement(device);
-        if (p.backend < 0)
-            throw std::invalid_argument("device must be " + lll::backend_names() + ", not '" + device + "'");
-        return lll::backend_compiled(p);
+        return lll::backend_compiled(placement_named(device));
     }, py::arg("device"), ("Whether this build has the backend of a device (" + lll::backend_names() + ").").c_str());
     m.def("backend_quantized_kv", [](const std::string& device) {
-        const lll::Placement p = lll::find_placement(device);
-        if (p.backend < 0)
-            throw std::invalid_argument("device must be " + lll::backend_names() + ", not '" + device + "'");
-        return lll::backend_info(p).quantized_kv;
+        return lll::backend_info(placement_named(device)).quantized_kv;
     }, py::arg("device"), "Whether a backend's attention reads a q8_0/q4_0 KV cache (else f16 only).");
     m.def("resolve_device", [](const std::string& spec) {
         const lll::Placement p = lll::resolve_offload(spec);

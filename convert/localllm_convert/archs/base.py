@@ -100,12 +100,15 @@ def _json_object(value: Any, key: str) -> dict[str, Any]:
 
 
 def rope_number(rope: dict[str, Any], key: str, kind: str) -> float:
-    """A number the rope scaling of type ``kind`` needs (CheckpointError when absent or not one)."""
-    value = rope.get(key)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
-        raise CheckpointError(f"config.json: rope scaling of type {kind!r} needs a positive number "
-                              f"{key!r}, got {value!r:.80}")
-    return value
+    """A positive number the rope scaling of type ``kind`` needs (CheckpointError when absent or
+    not one)."""
+    where = f"config.json rope scaling of type {kind!r}"
+    if rope.get(key) is None:
+        raise CheckpointError(f"{where}: needs a positive number {key!r}")
+    number = config_number(rope, key, where=where)
+    if number <= 0:
+        raise CheckpointError(f"{where}: {key} must be positive, got {rope[key]!r:.80}")
+    return number
 
 
 # YaRN parameters llama.cpp's GGUF has no key for (its llama and qwen2 graphs use the defaults).
