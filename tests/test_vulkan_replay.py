@@ -1,10 +1,14 @@
 """Decode steps recorded once and resubmitted on Vulkan (csrc/backends/vulkan/vk_recording.h),
-and submissions bounded by LOCALLLM_VULKAN_MAX_DISPATCHES_PER_SUBMIT: greedy tokens with replay
-on equal the tokens with every submission recorded afresh (LOCALLLM_VULKAN_REPLAY=0), with every
+and submissions bounded by LOCALLLM_VULKAN_MAX_DISPATCHES_PER_SUBMIT and by estimated work
+(LOCALLLM_VULKAN_MAX_SUBMIT_MS), their parts queued back to back: greedy tokens with replay on
+equal the tokens with every submission recorded afresh (LOCALLLM_VULKAN_REPLAY=0), with every
 SmolLM2 layer on the device, with a CPU/Vulkan split, and with two sequences decoding together
 through the engine; the command counters show the steps were replayed, and the submissions
-bounded. Runs on lavapipe (LOCALLLM_VULKAN_ALLOW_CPU=1), where each token takes about a second."""
+bounded and queued. Runs on lavapipe (LOCALLLM_VULKAN_ALLOW_CPU=1), where each token takes about
+a second."""
 from __future__ import annotations
+
+import os
 
 import pytest
 
@@ -84,10 +88,50 @@ def test_bounded_submissions_give_the_same_tokens(smollm2, monkeypatch):
     per_step = fresh_stats["dispatches"] / N_TOKENS
     assert stats["submits"] >= N_TOKENS * per_step / 40, stats
     assert stats["replays"] >= (N_TOKENS - 2) * per_step / 40, stats
+    assert_queued_back_to_back(stats, fresh_stats)
 
 
-@pytest.mark.parametrize("value", ["0", "many", "-3"])
-def test_a_bad_bound_is_named(smollm2, value, monkeypatch):
-    monkeypatch.setenv("LOCALLLM_VULKAN_MAX_DISPATCHES_PER_SUBMIT", value)
-    with pytest.raises(ValueError, match="LOCALLLM_VULKAN_MAX_DISPATCHES_PER_SUBMIT"):
+def assert_queued_back_to_back(stats: dict, whole_steps: dict) -> None:
+    """A step's parts were queued behind each other and waited for together: the host waited as
+    often as with each step in one submission (where a result comes back), not once per part."""
+    assert stats["waits"] == whole_steps["waits"] <= 2 * N_TOKENS, (stats, whole_steps)
+    assert stats["queued_behind"] >= stats["submits"] - stats["waits"], stats
+
+
+def test_submissions_bounded_by_estimated_work(smollm2, monkeypatch):
+    """At most 1 ms of a slow integrated GPU's work per submission (a decode step of SmolLM2 is
+    about 10): a step becomes a dozen submissions, each holding more than one op only where they
+    fit; the same tokens. By default a decode step is one submission (the first test)."""
+    fresh, fresh_stats = greedy(smollm2, [PROMPT], "all", monkeypatch, LOCALLLM_VULKAN_REPLAY="0")
+    bounded, stats = greedy(smollm2, [PROMPT], "all", monkeypatch, LOCALLLM_VULKAN_MAX_SUBMIT_MS="1")
+    assert bounded == fresh
+    assert stats["work_s"] == pytest.approx(fresh_stats["work_s"])
+    # The estimate counts every weight a step reads: at least the file's bytes at 20 GB/s.
+    assert stats["work_s"] / N_TOKENS >= 0.9 * os.path.getsize(smollm2) / 20e9, stats
+    assert stats["largest_submit_s"] <= max(1e-3, stats["largest_op_s"]) * (1 + 1e-9), stats
+    assert stats["submits"] >= stats["work_s"] / max(1e-3, stats["largest_op_s"]), stats
+    assert stats["submits"] >= 5 * N_TOKENS, stats
+    assert_queued_back_to_back(stats, fresh_stats)
+
+
+@pytest.mark.parametrize("name, value", [("LOCALLLM_VULKAN_MAX_DISPATCHES_PER_SUBMIT", v) for v in ["0", "many", "-3"]] +
+                         [("LOCALLLM_VULKAN_MAX_SUBMIT_MS", v) for v in ["0", "soon", "-1", "nan"]])
+def test_a_bad_bound_is_named(smollm2, name, value, monkeypatch):
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match=name):
         LLM(smollm2, n_ctx=64, n_gpu_layers=1, device="vulkan")
+
+
+def test_a_submission_past_its_timeout_is_an_error_not_a_hang(smollm2, monkeypatch):
+    """A wait that times out (LOCALLLM_VULKAN_TIMEOUT_S, here a microsecond: lavapipe cannot run
+    a prompt in it, as a hung GPU would not) raises and names the knob; the device then refuses
+    work at once, and the model still unloads."""
+    monkeypatch.setenv("LOCALLLM_VULKAN_MAX_DISPATCHES_PER_SUBMIT", "40")   # several parts queued
+    llm = LLM(smollm2, n_ctx=64, n_gpu_layers="all", device="vulkan")
+    monkeypatch.setenv("LOCALLLM_VULKAN_TIMEOUT_S", "0.000001")
+    with pytest.raises(RuntimeError, match="did not finish within .*LOCALLLM_VULKAN_TIMEOUT_S"):
+        llm.generate([PROMPT], max_tokens=2, temperature=0.0)
+    monkeypatch.delenv("LOCALLLM_VULKAN_TIMEOUT_S")
+    with pytest.raises(RuntimeError, match="unusable: a submission did not finish"):
+        llm.generate([PROMPT], max_tokens=2, temperature=0.0)
+    del llm

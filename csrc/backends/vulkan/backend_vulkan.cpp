@@ -41,6 +41,10 @@ uint32_t u32(int64_t v, const char* what) {
     return (uint32_t)v;
 }
 
+// An op's estimated work when it is memory traffic only (elementwise ops, norms, copies): its
+// bytes read and written, as vk::slow_gpu_seconds counts them.
+double traffic(double bytes) { return vk::slow_gpu_seconds(0.0, bytes); }
+
 // The (cos, sin) table rope() made for the current batch from one set of frequencies.
 struct RopeTable {
     RopeFreqs freqs;
@@ -64,7 +68,7 @@ public:
         uint64_t so = 0, d_off = 0;
         vk::Buffer& s = mem_->find(src, &so, "copy source");
         vk::Buffer& d = mem_->find(dst, &d_off, "copy destination");
-        mem_->record();
+        mem_->record(0, traffic(2.0 * (double)n));
         mem_->ctx().copy(s, so, d, d_off, n);
     }
     void to_host(void* host_dst, const void* src, size_t n) override {
@@ -86,7 +90,7 @@ public:
     void linear_group(const LinearOut* outs, int n, const float* x, int64_t T) override;
     void rms_norm(const float* x, const WeightRef& w, float* y, int64_t rows, int64_t n, float eps) override {
         vk::Buffer& bw = buf(w.data, "rms_norm weight");
-        mem_->record();
+        mem_->record(1, traffic(8.0 * (double)rows * (double)n));
         vk::op_rms_norm(mem_->ctx(), buf(x, "rms_norm input"), &bw, buf(y, "rms_norm output"), u32(rows, "rows"),
                         u32(n, "row width"), eps);
     }
@@ -94,24 +98,24 @@ public:
               RopeStyle style) override;
     void scale(float* x, float s, int64_t n) override {
         vk::Buffer& b = buf(x, "scale input");
-        mem_->record();
+        mem_->record(1, traffic(8.0 * (double)n));
         vk::op_scale(mem_->ctx(), b, b, u32(n, "scale length"), s);
     }
     void kv_write(KVCache& kv, int layer, const float* k, const float* v, const Batch& b) override {
         const vk::KVLayerView view = kv_layer(kv, layer);
-        mem_->record();
+        mem_->record(1, traffic(16.0 * (double)b.n_tokens * (double)kv.kv_width()));
         vk::op_kv_write(mem_->ctx(), view, buf(k, "keys"), buf(v, "values"), batch_view(b), (uint32_t)kv.n_head_kv());
     }
     void attention(const KVCache& kv, int layer, const float* q, float* out, const Batch& b,
                    const AttnParams& p) override;
     void glu(const float* gate, const float* up, float* out, int64_t n, FFNAct act) override {
-        mem_->record();
+        mem_->record(1, traffic(12.0 * (double)n));
         vk::op_glu(mem_->ctx(), act == FFNAct::SiLU ? vk::Glu::SiLU : vk::Glu::GELU, buf(gate, "glu gate"),
                    buf(up, "glu up"), buf(out, "glu output"), u32(n, "glu length"));
     }
     void add(float* y, const float* x, int64_t n) override {
         vk::Buffer& by = buf(y, "add output");
-        mem_->record();
+        mem_->record(1, traffic(12.0 * (double)n));
         vk::op_add(mem_->ctx(), by, buf(x, "add input"), by, u32(n, "add length"), u32(n, "add length"));
     }
     void embed(const EmbeddingTable& table, const int32_t* tokens, int64_t T, float* out) override;
@@ -312,7 +316,9 @@ void VulkanBackend::linear_rows(const WeightRef& w, vk::Buffer& bx, vk::Buffer& 
     const uint32_t K = u32(w.ne0, "columns"), N = u32(w.ne1, "rows");
     const vk::BufferRange x{&bx, (uint64_t)t0 * K * 4}, y{&by, (uint64_t)t0 * N * 4};
     for (const RowWindow& r : pieces(w)) {
-        mem_->record();
+        const double flops = 2.0 * K * (double)r.rows * rows;
+        const double bytes = (double)r.rows * (double)w.row_bytes + 4.0 * rows * (K + (double)r.rows);
+        mem_->record(2, vk::slow_gpu_seconds(flops, bytes));   // with the q8_1 quantization of x, where taken
         vk::op_linear_rows(mem_->ctx(), (uint32_t)w.type, buf(r.data, w.name.c_str()), x, y, rows, u32(r.rows, "rows"),
                            K, vk::OutColumns{N, u32(r.row0, "window row")}, &q8);
     }
@@ -333,7 +339,7 @@ void VulkanBackend::linear_group(const LinearOut* outs, int n, const float* x, i
         const WeightRef* bias = outs[i].bias;
         if (!bias || !bias->present()) continue;
         vk::Buffer& by = buf(outs[i].y, "linear output");
-        mem_->record();
+        mem_->record(1, traffic(12.0 * (double)T * (double)outs[i].w->ne1));
         vk::op_add(mem_->ctx(), by, buf(bias->data, bias->name.c_str()), by, u32(T * outs[i].w->ne1, "linear output"),
                    u32(outs[i].w->ne1, "bias"));
     }
@@ -358,7 +364,7 @@ void VulkanBackend::rope(float* x, int64_t T, int n_heads, int head_dim, int rop
         rope_[slot] = RopeTable{f, rope_dims, true};
     }
     vk::Buffer& bx = buf(x, "rope input");
-    mem_->record();
+    mem_->record(1, traffic(8.0 * (double)T * n_heads * head_dim));
     vk::op_rope(mem_->ctx(), bx, buf(rope_cs_[slot]->data(), "rope table"), u32(T, "tokens"), u32(n_heads, "heads"),
                 u32(head_dim, "head_dim"), u32(rope_dims, "rope_dims"), style == RopeStyle::NeoX);
 }
@@ -382,7 +388,14 @@ void VulkanBackend::attention(const KVCache& kv, int layer, const float* q, floa
     check_attention_call(kv, b, p.n_head, p.n_head_kv, p.head_dim, p.window);
     if (!(p.softcap >= 0.0f)) throw std::invalid_argument("attention: softcap must be >= 0");
     const vk::KVLayerView view = kv_layer(kv, layer);
-    mem_->record();
+    // Each (token, head) reads the keys and values of the positions it attends to.
+    double attended = 0.0;
+    for (int64_t t = 0; t < b.n_tokens; ++t) {
+        const double ctx = (double)b.positions[t] + 1.0;
+        attended += p.window > 0 ? std::min(ctx, (double)p.window) : ctx;
+    }
+    const double per_position = (double)p.n_head * p.head_dim;
+    mem_->record(1, vk::slow_gpu_seconds(4.0 * per_position * attended, 4.0 * per_position * attended));
     vk::op_attention(mem_->ctx(), view, buf(q, "queries"), buf(out, "attention output"), batch_view(b),
                      vk::AttentionShape{u32(p.n_head, "heads"), u32(p.n_head_kv, "kv heads"),
                                         u32(p.head_dim, "head_dim"), u32(p.window, "window"), p.scale, p.softcap});
@@ -402,7 +415,7 @@ void VulkanBackend::embed(const EmbeddingTable& table, const int32_t* tokens, in
             throw std::invalid_argument("Vulkan backend: " + e.name + " is held in row windows (over one buffer's "
                                         "limit); the embedding gathers from one buffer: embed on the CPU");
         from_host(tokens_buf_->data(), tokens, (size_t)T * sizeof(int32_t));
-        mem_->record();
+        mem_->record(1, traffic(8.0 * (double)T * (double)e.ne0));
         vk::op_embed(mem_->ctx(), (uint32_t)e.type, buf(e.data, e.name.c_str()), buf(tokens_buf_->data(), "token ids"),
                      buf(out, "embedding output"), u32(T, "tokens"), u32(e.ne0, "embedding width"));
         return;
@@ -415,7 +428,7 @@ void VulkanBackend::embed(const EmbeddingTable& table, const int32_t* tokens, in
     }
     std::unique_ptr<Buffer> raw = alloc_checked(rows.size(), MemKind::Scratch, "embedding rows");
     from_host(raw->data(), rows.data(), rows.size());
-    mem_->record();
+    mem_->record(1, traffic(8.0 * (double)T * (double)e.ne0));
     vk::op_dequantize(mem_->ctx(), (uint32_t)e.type, buf(raw->data(), "embedding rows"), buf(out, "embedding output"),
                       u32(T, "tokens"), u32(e.ne0, "embedding width"));
     sync();   // before the rows' buffer goes

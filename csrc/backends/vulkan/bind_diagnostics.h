@@ -32,13 +32,21 @@ inline void bind_vulkan_diagnostics(pybind11::module_& m) {
         d["dispatches"] = s.dispatches;
         d["largest_submit"] = s.largest_submit;
         d["record_cpu_s"] = s.record_cpu_s;
+        d["waits"] = s.waits;
+        d["queued_behind"] = s.queued_behind;
+        d["work_s"] = s.work_s;
+        d["largest_submit_s"] = s.largest_submit_s;
+        d["largest_op_s"] = s.largest_op_s;
         if (reset) s = lll::vk::CommandStats{};
         return d;
     }, py::arg("reset") = false,
        "What this module's Vulkan submissions did since start (or the last reset): submits, recordings "
        "(command buffers recorded), replays (kept command buffers resubmitted unrecorded), dispatches, "
        "largest_submit (the most dispatches in one submission), record_cpu_s (CPU time spent recording "
-       "command buffers). reset=True zeroes them after reading.");
+       "command buffers), waits (times the host waited for queued submissions), queued_behind (submissions "
+       "queued while an earlier one still ran), work_s, largest_submit_s and largest_op_s (estimated work: "
+       "seconds of a slow integrated GPU, all submissions, the largest one, the largest op). "
+       "reset=True zeroes them after reading.");
     m.def("vulkan_validating", [] {
         lll::vk::Instance* inst = lll::vk::Instance::try_get(nullptr);
         return inst && inst->validating();

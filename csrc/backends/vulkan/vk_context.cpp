@@ -2,6 +2,7 @@
 #ifdef LOCALLLM_HAVE_VULKAN
 #include "backends/vulkan/vk_context.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +17,7 @@ namespace lll::vk {
 namespace {
 
 constexpr uint32_t kDefaultDispatchesPerSubmit = 1000;
+constexpr double kDefaultSubmitMs = 200.0;
 
 // Command buffers kept for resubmission: the submissions of a decode step of up to
 // kStepDispatches dispatches (an 80-layer model's), split as max_dispatches_per_submit says, for
@@ -77,6 +79,17 @@ uint32_t max_dispatches_per_submit() {
     return (uint32_t)n;
 }
 
+double max_seconds_per_submit() {
+    const char* v = getenv("LOCALLLM_VULKAN_MAX_SUBMIT_MS");
+    if (!v || !*v) return kDefaultSubmitMs / 1e3;
+    char* end = nullptr;
+    const double ms = strtod(v, &end);
+    if (*end || !(ms >= 0.001 && ms <= 1e6))
+        throw std::invalid_argument(std::string("LOCALLLM_VULKAN_MAX_SUBMIT_MS=") + v +
+                                    ": expected milliseconds of estimated work from 0.001 to 1000000");
+    return ms / 1e3;
+}
+
 Buffer& Buffer::operator=(Buffer&& o) noexcept {
     if (this != &o) {
         release();
@@ -92,7 +105,8 @@ Buffer& Buffer::operator=(Buffer&& o) noexcept {
 void Buffer::release() {
     if (!ctx_) return;
     const DeviceFns& f = ctx_->fns_;
-    // A kept command buffer that binds this buffer must never be resubmitted.
+    // Queued work may still read it; a kept command buffer that binds it must never be resubmitted.
+    if (ctx_->busy()) ctx_->wait_idle_or_drain();
     if (ctx_->recordings_) ctx_->recordings_->forget();
     if (mapped_) f.vkUnmapMemory(ctx_->device_, memory_);
     if (buffer_) f.vkDestroyBuffer(ctx_->device_, buffer_, nullptr);
@@ -147,8 +161,6 @@ Context::Context(int device_index) : instance_(Instance::get()), info_(instance_
     pi.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
     pi.queueFamilyIndex = queue_family_;
     check(fns_.vkCreateCommandPool(device_, &pi, nullptr, &cmd_pool_), "vkCreateCommandPool");
-    VkFenceCreateInfo fi{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
-    check(fns_.vkCreateFence(device_, &fi, nullptr, &fence_), "vkCreateFence");
     recordings_ = std::make_unique<RecordingCache>(fns_, device_, cmd_pool_, replay_enabled(), kept);
 }
 
@@ -163,7 +175,8 @@ Context::~Context() {
         fns_.vkDestroyPipelineLayout(device_, kv.second.layout, nullptr);
         fns_.vkDestroyDescriptorSetLayout(device_, kv.second.set_layout, nullptr);
     }
-    if (fence_) fns_.vkDestroyFence(device_, fence_, nullptr);
+    for (const Queued& q : queued_) fns_.vkDestroyFence(device_, q.fence, nullptr);
+    for (VkFence f : free_fences_) fns_.vkDestroyFence(device_, f, nullptr);
     if (cmd_pool_) fns_.vkDestroyCommandPool(device_, cmd_pool_, nullptr);
     fns_.vkDestroyDevice(device_, nullptr);
     context_closed();
@@ -304,7 +317,14 @@ void Context::begin() {
     // A recording abandoned by an exception (bad arguments found mid-way) is discarded: nothing
     // of it was recorded into a command buffer or submitted.
     tape_.clear();
+    tape_work_ = 0.0;
     recording_ = true;
+}
+
+void Context::add_work(double seconds) {
+    tape_work_ += seconds;
+    CommandStats& stats = command_stats();
+    stats.largest_op_s = std::max(stats.largest_op_s, seconds);
 }
 
 void Context::dispatch(const Pipeline& p, const std::vector<const Buffer*>& buffers, const void* push,
@@ -361,33 +381,93 @@ void Context::fill_zero(Buffer& dst, uint64_t offset, uint64_t bytes) {
     tape_.fill_zero(dst.handle(), offset, bytes);
 }
 
-void Context::submit_and_wait() {
-    if (!recording_) throw std::logic_error("Vulkan context: submit_and_wait() without begin()");
-    recording_ = false;
+void Context::submit() {
+    if (!recording_) throw std::logic_error("Vulkan context: submit() without begin()");
+    // A kept command buffer still queued is waited for before it is resubmitted or recorded over.
+    auto before_reuse = [this](VkCommandBuffer cmd) {
+        for (const Queued& q : queued_)
+            if (q.cmd == cmd) return wait_idle();
+    };
     bool recorded = false;
-    VkCommandBuffer cmd = recordings_->get(tape_, &recorded);
+    VkCommandBuffer cmd = VK_NULL_HANDLE;
+    VkResult r = VK_SUCCESS;
+    try {   // the recording stays open (its scratch buffers kept) until it is queued or abandoned
+        cmd = recordings_->get(tape_, &recorded, before_reuse);
+        if (queued_.size() >= kMaxQueued) wait_oldest();
+        if (free_fences_.empty()) {
+            VkFenceCreateInfo fi{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+            VkFence f = VK_NULL_HANDLE;
+            check(fns_.vkCreateFence(device_, &fi, nullptr, &f), "vkCreateFence");
+            free_fences_.push_back(f);
+        }
+        VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
+        si.commandBufferCount = 1;
+        si.pCommandBuffers = &cmd;
+        r = fns_.vkQueueSubmit(queue_, 1, &si, free_fences_.back());
+    } catch (...) {
+        recording_ = false;
+        throw;
+    }
+    recording_ = false;
+    if (r == VK_ERROR_DEVICE_LOST) broken_ = "device lost";
+    check(r, ("Vulkan submission on " + info_.name).c_str());
+    const VkFence fence = free_fences_.back();
+    free_fences_.pop_back();
     CommandStats& stats = command_stats();
     ++stats.submits;
     (recorded ? stats.recordings : stats.replays) += 1;
+    if (!queued_.empty()) ++stats.queued_behind;
     stats.dispatches += tape_.dispatches();
     stats.largest_submit = std::max<uint64_t>(stats.largest_submit, tape_.dispatches());
-    VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
-    si.commandBufferCount = 1;
-    si.pCommandBuffers = &cmd;
-    check(fns_.vkResetFences(device_, 1, &fence_), "vkResetFences");
-    VkResult r = fns_.vkQueueSubmit(queue_, 1, &si, fence_);
-    if (r == VK_SUCCESS) {
-        const double limit = timeout_seconds();
-        r = fns_.vkWaitForFences(device_, 1, &fence_, VK_TRUE, (uint64_t)(limit * 1e9));
-        if (r == VK_TIMEOUT) {
-            broken_ = "a submission did not finish within " + std::to_string((int)limit) +
-                      " s (LOCALLLM_VULKAN_TIMEOUT_S); the device may be hung";
-            throw std::runtime_error("Vulkan device " + info_.name + ": " + broken_);
-        }
+    stats.work_s += tape_work_;
+    stats.largest_submit_s = std::max(stats.largest_submit_s, tape_work_);
+    queued_.push_back(Queued{fence, cmd});
+}
+
+void Context::wait_oldest() {
+    const Queued q = queued_.front();
+    const double limit = timeout_seconds();
+    const VkResult r = fns_.vkWaitForFences(device_, 1, &q.fence, VK_TRUE, (uint64_t)(limit * 1e9));
+    if (r == VK_TIMEOUT) {
+        char seconds[32];
+        snprintf(seconds, sizeof seconds, "%g", limit);
+        broken_ = std::string("a submission did not finish within ") + seconds +
+                  " s (LOCALLLM_VULKAN_TIMEOUT_S); the device may be hung";
+        throw std::runtime_error("Vulkan device " + info_.name + ": " + broken_);
     }
-    retired_.clear();   // the submission has finished (or failed): nothing reads them now
     if (r == VK_ERROR_DEVICE_LOST) broken_ = "device lost";
     check(r, ("Vulkan submission on " + info_.name).c_str());
+    queued_.pop_front();
+    check(fns_.vkResetFences(device_, 1, &q.fence), "vkResetFences");
+    free_fences_.push_back(q.fence);
+}
+
+void Context::wait_idle_or_drain() noexcept {
+    try {
+        wait_idle();
+        return;
+    } catch (...) {
+    }
+    // Past a timeout the device is unusable, but its queue may still be running work that reads
+    // the buffer about to go: wait for the queue, as long as the driver takes (a lost device
+    // returns at once; a hung one is reset by the driver's watchdog), never freeing under it.
+    fns_.vkQueueWaitIdle(queue_);
+    for (const Queued& q : queued_) {
+        fns_.vkResetFences(device_, 1, &q.fence);
+        free_fences_.push_back(q.fence);
+    }
+    queued_.clear();
+}
+
+void Context::wait_idle() {
+    if (!queued_.empty()) {
+        check_usable();   // after a timeout, never a second wait of as long
+        ++command_stats().waits;
+    }
+    while (!queued_.empty()) wait_oldest();
+    if (recording_) return;   // the open recording may bind a replaced scratch buffer
+    std::vector<Buffer> old;
+    old.swap(retired_);   // released here, after the swap: releasing one may call back into wait_idle
 }
 
 }  // namespace lll::vk

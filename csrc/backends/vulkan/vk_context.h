@@ -1,9 +1,10 @@
 // vk_context.h — one Vulkan device ready for compute: a queue, buffers, the embedded pipelines,
-// and synchronous submission with a timeout.
+// and submissions queued back to back, waited for with a timeout.
 #pragma once
 #include "backends/vulkan/vk_instance.h"
 #include "backends/vulkan/vk_recording.h"
 
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -27,6 +28,17 @@ enum class MemoryKind { DeviceLocal, Staging };
 // watchdog needs shorter submissions; invalid_argument naming the variable when it is not a
 // whole number from 1 to 1000000.
 uint32_t max_dispatches_per_submit();
+
+// The time a slow integrated GPU would take for an op: its `flops` at 50 GFLOP/s and its `bytes`
+// of memory traffic at 20 GB/s. Submissions are bounded in this estimate rather than measured
+// time (nothing is measured before it runs), so any real device, faster than that, runs each one
+// well inside a driver's watchdog (Windows' TDR fires at 2 s).
+inline double slow_gpu_seconds(double flops, double bytes) { return flops / 50e9 + bytes / 20e9; }
+
+// The most estimated work (slow_gpu_seconds) one submission holds: LOCALLLM_VULKAN_MAX_SUBMIT_MS
+// milliseconds (default 200); invalid_argument naming the variable when it is not a number from
+// 0.001 to 1000000.
+double max_seconds_per_submit();
 
 // A buffer and its memory; freed with the owning context (move-only).
 class Buffer {
@@ -104,11 +116,14 @@ public:
                              const std::vector<uint32_t>& spec = {});
 
     // Recording: begin(), any number of dispatch() (each followed by a barrier, so a dispatch
-    // sees the writes of the ones before it), then submit_and_wait(). The commands are written
-    // down as a tape (vk_recording.h) and recorded into a command buffer at submission, unless a
-    // kept command buffer holds the same tape: that one is resubmitted (LOCALLLM_VULKAN_REPLAY=0
-    // records every submission afresh).
+    // sees the writes of the ones before it, in this submission or a later one), then submit() or
+    // submit_and_wait(). The commands are written down as a tape (vk_recording.h) and recorded
+    // into a command buffer at submission, unless a kept command buffer holds the same tape: that
+    // one is resubmitted (LOCALLLM_VULKAN_REPLAY=0 records every submission afresh).
     void begin();
+    // Adds an op's estimated work (slow_gpu_seconds) to the open recording's.
+    void add_work(double seconds);
+    double recorded_work() const { return tape_work_; }
     void dispatch(const Pipeline& p, const std::vector<const Buffer*>& buffers, const void* push,
                   uint32_t groups_x, uint32_t groups_y = 1, uint32_t groups_z = 1);
     // The same with each buffer bound from a byte offset (a multiple of the device's
@@ -126,14 +141,34 @@ public:
     bool recording() const { return recording_; }
     // Dispatches in the open recording.
     uint32_t recorded_dispatches() const { return tape_.dispatches(); }
-    // Waits at most LOCALLLM_VULKAN_TIMEOUT_S seconds (default 120): a timeout or a lost device
-    // is an error, and the context refuses further work.
-    void submit_and_wait();
+    // Queues the open recording behind the submissions still running and returns: the device
+    // goes on while the host records the next part of a step. At most kMaxQueued are queued; the
+    // oldest is waited for before one more goes.
+    void submit();
+    // Waits until every queued submission has finished, at most LOCALLLM_VULKAN_TIMEOUT_S seconds
+    // (default 120) each: a timeout or a lost device is an error, and the context refuses further
+    // work. Outside a recording it then frees the replaced scratch buffers.
+    void wait_idle();
+    // wait_idle(), and where that fails (a timeout, a lost device) the queue waited for as long as
+    // the driver takes: what a buffer about to be freed needs.
+    void wait_idle_or_drain() noexcept;
+    void submit_and_wait() {
+        submit();
+        wait_idle();
+    }
+    bool busy() const { return !queued_.empty(); }
 
 private:
     friend class Buffer;
     uint32_t find_memory_type(uint32_t type_bits, MemoryKind kind) const;
     void check_usable() const;
+    void wait_oldest();
+
+    static constexpr size_t kMaxQueued = 4;
+    struct Queued {
+        VkFence fence;
+        VkCommandBuffer cmd;
+    };
 
     uint64_t device_bytes_ = 0;
     const Instance& instance_;
@@ -143,8 +178,10 @@ private:
     VkQueue queue_ = VK_NULL_HANDLE;
     uint32_t queue_family_ = 0;
     VkCommandPool cmd_pool_ = VK_NULL_HANDLE;
-    VkFence fence_ = VK_NULL_HANDLE;
+    std::deque<Queued> queued_;          // submitted and not yet waited for, oldest first
+    std::vector<VkFence> free_fences_;   // unsignaled, for the next submissions
     CommandTape tape_;                             // the open recording's commands
+    double tape_work_ = 0.0;                       // its estimated work (slow_gpu_seconds)
     std::unique_ptr<RecordingCache> recordings_;   // command buffers recorded from tapes
     VkPhysicalDeviceMemoryProperties mem_props_{};
     uint64_t max_buffer_bytes_ = 0;
@@ -152,7 +189,8 @@ private:
     std::string broken_;   // why the context can no longer be used ("" while it can)
     std::map<std::string, Pipeline> pipelines_;
     Buffer scratch_;
-    std::vector<Buffer> retired_;   // replaced scratch buffers the open recording may still read
+    // Replaced scratch buffers that the open recording or a queued submission may still read.
+    std::vector<Buffer> retired_;
 };
 
 }  // namespace lll::vk

@@ -27,7 +27,8 @@ std::string hex(const void* p) {
 
 }  // namespace
 
-DeviceMemory::DeviceMemory(int device_index) : ctx_(device_index), max_dispatches_(vk::max_dispatches_per_submit()) {}
+DeviceMemory::DeviceMemory(int device_index)
+    : ctx_(device_index), max_dispatches_(vk::max_dispatches_per_submit()), max_seconds_(vk::max_seconds_per_submit()) {}
 
 Buffer& DeviceMemory::find(const void* p, uint64_t* offset, const char* what) {
     const uintptr_t a = reinterpret_cast<uintptr_t>(p);
@@ -52,22 +53,27 @@ Buffer& DeviceMemory::whole(const void* p, const char* what) {
     return b;
 }
 
-void DeviceMemory::record(uint32_t dispatches) {
-    if (ctx_.recording() && ctx_.recorded_dispatches() > 0 && ctx_.recorded_dispatches() + dispatches > max_dispatches_)
-        flush();
+void DeviceMemory::record(uint32_t dispatches, double seconds) {
+    // A full recording is queued, not waited for: the device runs it while the next is recorded.
+    // Its staging bytes stay reserved until a flush has waited for it.
+    if (ctx_.recording() && ctx_.recorded_dispatches() > 0 &&
+        (ctx_.recorded_dispatches() + dispatches > max_dispatches_ || ctx_.recorded_work() + seconds > max_seconds_))
+        ctx_.submit();
     if (!ctx_.recording()) ctx_.begin();
+    ctx_.add_work(seconds);
 }
 
 void DeviceMemory::flush() {
-    if (ctx_.recording()) ctx_.submit_and_wait();
+    if (ctx_.recording()) ctx_.submit();
+    ctx_.wait_idle();
     stage_chunk_ = 0, stage_used_ = 0;
 }
 
 uint8_t* DeviceMemory::stage(uint64_t n, Buffer** buf, uint64_t* off) {
     if (n > kStageChunkBytes) return nullptr;
-    record(0);   // opens a recording (submitting a full one first frees the staging memory)
+    record(0);   // opens a recording
     if (stage_used_ + n > kStageChunkBytes) ++stage_chunk_, stage_used_ = 0;
-    if (stage_chunk_ == kStageChunks) {
+    if (stage_chunk_ == kStageChunks) {   // every chunk is in use by queued or open work
         flush();
         record(0);
     }

@@ -3,9 +3,11 @@
 // a range of host address space reserved with no access (so a stray host read faults instead of
 // reading something else), and an op finds the buffer and offset of a pointer in that table.
 // The same object holds the device's context and its open recording: ops are recorded into one
-// command buffer and submitted when the host needs a result (flush), or when the recording holds
-// LOCALLLM_VULKAN_MAX_DISPATCHES_PER_SUBMIT dispatches (so no submission runs long enough for a
-// driver's watchdog). Host data travels through staging memory the device keeps: an upload is a
+// command buffer and submitted when the host needs a result (flush, which waits for it), or queued
+// without waiting when the recording is full: LOCALLLM_VULKAN_MAX_DISPATCHES_PER_SUBMIT dispatches
+// or LOCALLLM_VULKAN_MAX_SUBMIT_MS of estimated work (slow_gpu_seconds), so that no submission
+// runs long enough for a driver's watchdog and the device is not left idle between the parts of
+// a long step. Host data travels through staging memory the device keeps: an upload is a
 // copy command in the open recording, from the same staging bytes at every decode step, so a
 // step's commands are the same and its recording can be resubmitted (vk_recording.h).
 #pragma once
@@ -33,10 +35,11 @@ public:
     // The buffer that starts at p (the kernels bind whole buffers).
     Buffer& whole(const void* p, const char* what);
 
-    // Opens a recording if none is open; submits the open one first when `dispatches` more
-    // would take it past the bound of one submission.
-    void record(uint32_t dispatches = 1);
-    // Submits the open recording and waits for it.
+    // Opens a recording for an op of `dispatches` dispatches and `seconds` of estimated work
+    // (slow_gpu_seconds) if none is open; queues the open one first when the op would take it
+    // past the bounds of one submission (an op alone may exceed them).
+    void record(uint32_t dispatches = 1, double seconds = 0.0);
+    // Submits the open recording and waits for every queued one.
     void flush();
     // Host bytes into [offset, offset + n) of a buffer: copied to staging memory now (the host
     // source may change or go at once) and onto the device by a command of the open recording,
@@ -54,8 +57,10 @@ private:
     Context ctx_;
     std::map<uintptr_t, Buffer*> buffers_;   // by the start of each buffer's address range
     uint32_t max_dispatches_;
+    double max_seconds_;
     // Staging chunks, kept for the device's life so a step's copies name the same bytes every
-    // time; filled from the first at each recording (they are free once it was submitted).
+    // time; filled from the first after each flush (they are free once the work reading them has
+    // finished).
     std::vector<Buffer> staging_;
     size_t stage_chunk_ = 0;
     uint64_t stage_used_ = 0;

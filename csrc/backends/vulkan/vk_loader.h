@@ -81,7 +81,8 @@ namespace lll::vk {
     X(vkDestroyFence)                       \
     X(vkResetFences)                        \
     X(vkWaitForFences)                      \
-    X(vkQueueSubmit)
+    X(vkQueueSubmit)                        \
+    X(vkQueueWaitIdle)
 
 #define LLL_VK_DECLARE_FN(name) PFN_##name name = nullptr;
 

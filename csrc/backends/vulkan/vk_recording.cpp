@@ -126,11 +126,13 @@ void RecordingCache::forget() {
     for (Recording& r : slots_) r.reusable = false;
 }
 
-VkCommandBuffer RecordingCache::get(const CommandTape& tape, bool* recorded) {
+VkCommandBuffer RecordingCache::get(const CommandTape& tape, bool* recorded,
+                                    const std::function<void(VkCommandBuffer)>& before_reuse) {
     if (replay_) {
         for (size_t i = 0; i < slots_.size(); ++i) {
             if (!slots_[i].reusable || slots_[i].words != tape.words()) continue;
             std::rotate(slots_.begin(), slots_.begin() + (ptrdiff_t)i, slots_.begin() + (ptrdiff_t)i + 1);
+            before_reuse(slots_.front().cmd);
             *recorded = false;
             return slots_.front().cmd;
         }
@@ -146,6 +148,7 @@ VkCommandBuffer RecordingCache::get(const CommandTape& tape, bool* recorded) {
     }
     std::rotate(slots_.begin(), slots_.end() - 1, slots_.end());   // the least recently used, to the front
     Recording& r = slots_.front();
+    before_reuse(r.cmd);
     r.reusable = false;   // should recording fail half-way, nothing matches it
     const double t0 = thread_cpu_seconds();
     record(r, tape);

@@ -8,6 +8,7 @@
 #pragma once
 #include <stdint.h>
 
+#include <functional>
 #include <vector>
 
 #include "backends/vulkan/vk_instance.h"
@@ -56,8 +57,11 @@ public:
     RecordingCache& operator=(const RecordingCache&) = delete;
 
     // The command buffer for this tape: a kept one that holds the same words (*recorded = false),
-    // else the tape recorded into the least recently used slot (*recorded = true).
-    VkCommandBuffer get(const CommandTape& tape, bool* recorded);
+    // else the tape recorded into the least recently used slot (*recorded = true). A command
+    // buffer still queued must be neither resubmitted nor recorded over: before_reuse(cmd) is
+    // called first for the one chosen, and waits for it where it is.
+    VkCommandBuffer get(const CommandTape& tape, bool* recorded,
+                        const std::function<void(VkCommandBuffer)>& before_reuse);
     // No kept recording is reused any more (a buffer one of them binds is being destroyed).
     void forget();
     bool replay() const { return replay_; }
@@ -82,6 +86,12 @@ struct CommandStats {
     uint64_t replays = 0;         // submissions of a kept recording, nothing recorded
     uint64_t dispatches = 0;      // dispatches submitted (recorded or replayed)
     uint64_t largest_submit = 0;  // the most dispatches one submission held
+    uint64_t waits = 0;           // times the host waited for queued submissions to finish
+    uint64_t queued_behind = 0;   // submissions queued while an earlier one was still running
+    double work_s = 0.0;          // estimated work submitted (slow_gpu_seconds)
+    double largest_submit_s = 0.0;   // the most estimated work one submission held
+    double largest_op_s = 0.0;       // the most estimated work one op held (a submission holds at
+                                     // least one op, whatever the bound)
     double record_cpu_s = 0.0;    // CPU time of the recording thread spent recording command buffers
 };
 CommandStats& command_stats();

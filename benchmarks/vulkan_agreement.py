@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""Teacher-forced top-1 agreement of the Vulkan backend with the CPU over a longer text than the
+tests use: the first N tokens of the corpus, every position scored, on each model. Beside it, the
+same figure between the CPU's own two numerics (fast, the default, and llama.cpp's float order):
+two correct implementations, whose disagreement is the floor any third one meets at near ties.
+
+Also the agreement at the positions that are not near ties: where the CPU's top-1 leads its
+top-2 by more than --margin logits. A flip there is not rounding, it is a wrong result.
+
+    LOCALLLM_VULKAN_ALLOW_CPU=1 python benchmarks/vulkan_agreement.py [--tokens 200]
+        [--models smollm2-135m-q4_1,gemma3-270m-q4_k_m] [--ngl all] [--out FILE.json]
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from machine import describe, line
+
+CORPUS = Path(__file__).resolve().parent.parent / "tests" / "data" / "corpus" / "gpl-3.txt"
+MODELS = "smollm2-135m-q4_1,gemma3-270m-q4_k_m,qwen2.5-coder-0.5b-q4_k_m"
+
+
+def compare(ref: np.ndarray, other: np.ndarray, margin: float) -> dict:
+    """Top-1 agreement of `other` with `ref` over every row, and over the rows where ref's
+    top-1/top-2 margin exceeds `margin`; the largest such margin among the flips."""
+    top_r, top_o = ref.argmax(-1), other.argmax(-1)
+    two = np.sort(ref, axis=-1)[:, -2:]
+    margins = two[:, 1] - two[:, 0]
+    clear = margins > margin
+    flips = top_r != top_o
+    return {"agreement": float((~flips).mean()), "positions": int(len(flips)),
+            "clear_positions": int(clear.sum()), "clear_agreement": float((~flips[clear]).mean()),
+            "largest_flip_margin": float(margins[flips].max()) if flips.any() else 0.0,
+            "max_abs_logit_diff": float(np.abs(ref - other).max())}
+
+
+def run_model(key: str, n_tokens: int, ngl: str, threads: int, margin: float) -> dict:
+    from localllm import LLM, hub
+    path = str(hub.pull(key, quiet=True))
+    cpu = LLM(path, n_ctx=n_tokens + 16, device="cpu", n_threads=threads)
+    ids = cpu.tokenize(CORPUS.read_text(encoding="utf-8"))[:n_tokens]
+    fast = cpu.logits(ids)
+    del cpu
+    llama = LLM(path, n_ctx=n_tokens + 16, device="cpu", n_threads=threads, numerics="llama.cpp").logits(ids)
+    t0 = time.time()
+    vk = LLM(path, n_ctx=n_tokens + 16, device="vulkan", n_gpu_layers=ngl, n_threads=threads)
+    vk_logits = vk.logits(ids)
+    seconds = time.time() - t0
+    from localllm import _core
+    device = _core.vulkan_device_name(_core.resolve_device("vulkan")[1])
+    return {"model": key, "tokens": len(ids), "ngl": ngl, "vulkan_device": device,
+            "vulkan_seconds": round(seconds, 1),
+            "vulkan_vs_cpu": compare(fast, vk_logits, margin),
+            "cpu_llamacpp_numerics_vs_cpu": compare(fast, llama, margin)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tokens", type=int, default=200)
+    ap.add_argument("--models", default=MODELS)
+    ap.add_argument("--ngl", default="all")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--margin", type=float, default=0.25, help="logits: a lead above it is not a near tie")
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    machine = describe(args.threads)
+    print(line(machine))
+    rows = []
+    for key in args.models.split(","):
+        row = run_model(key, args.tokens, args.ngl, args.threads, args.margin)
+        rows.append(row)
+        for name in ("vulkan_vs_cpu", "cpu_llamacpp_numerics_vs_cpu"):
+            r = row[name]
+            print(f"{key:28s} {name:30s} top-1 {r['agreement']:.3f} over {r['positions']}, "
+                  f"{r['clear_agreement']:.3f} over the {r['clear_positions']} with a lead > {args.margin}, "
+                  f"largest flipped lead {r['largest_flip_margin']:.3f}, max |dlogit| {r['max_abs_logit_diff']:.2f}")
+    if args.out:
+        args.out.write_text(json.dumps({"date": datetime.date.today().isoformat(), "machine": machine,
+                                        "margin": args.margin, "rows": rows}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
