@@ -9,12 +9,15 @@ top-2 by more than --margin logits. A flip there is not rounding, it is a wrong 
 
     LOCALLLM_VULKAN_ALLOW_CPU=1 python benchmarks/vulkan_agreement.py [--tokens 200]
         [--models smollm2-135m-q4_1,gemma3-270m-q4_k_m] [--ngl all] [--out FILE.json]
+
+LOCALLLM_VULKAN_INT8=1 in the environment takes the integer-dot kernels (recorded in each row).
 """
 from __future__ import annotations
 
 import argparse
 import datetime
 import json
+import os
 import time
 from pathlib import Path
 
@@ -53,9 +56,9 @@ def run_model(key: str, n_tokens: int, ngl: str, threads: int, margin: float) ->
     vk_logits = vk.logits(ids)
     seconds = time.time() - t0
     from localllm import _core
-    device = _core.vulkan_device_name(_core.resolve_device("vulkan")[1])
+    device = _core.vulkan_device_name(_core.resolve_device("Vulkan")[1])
     return {"model": key, "tokens": len(ids), "ngl": ngl, "vulkan_device": device,
-            "vulkan_seconds": round(seconds, 1),
+            "vulkan_int8": os.environ.get("LOCALLLM_VULKAN_INT8") == "1", "vulkan_seconds": round(seconds, 1),
             "vulkan_vs_cpu": compare(fast, vk_logits, margin),
             "cpu_llamacpp_numerics_vs_cpu": compare(fast, llama, margin)}
 
