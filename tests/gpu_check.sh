@@ -10,7 +10,7 @@
 #
 # Everything is written to $OUT (default /tmp/gpu_check): gpu_check.log (the whole run),
 # cmake.log, build.log, ops.xml (JUnit of the op harness), ops.txt (its per-test results),
-# bench.txt (matmul timings). The machine's image has numpy, pytest and pybind11; any other
+# bench.txt (matmul timings), vulkan_agreement.json (where Vulkan runs). The machine's image has numpy, pytest and pybind11; any other
 # Python package must be carried in build/pydeps (it is on PYTHONPATH).
 set -u -o pipefail
 OUT=${OUT:-/tmp/gpu_check}
@@ -102,6 +102,10 @@ else
     tests/test_vulkan_devices.py tests/test_vulkan_kv_quant.py 2>&1 | tail -n 15 || status=1
   hook "models on Vulkan (agreement, perplexity, plan, engine, server)" env LOCALLLM_REQUIRE_VULKAN=1 \
     python3 -m pytest -q -p no:cacheprovider tests/test_vulkan_model.py tests/test_vulkan_engine.py
+  hook "submissions on Vulkan: replayed, bounded by dispatches and estimated work, queued back to back" \
+    env LOCALLLM_REQUIRE_VULKAN=1 python3 -m pytest -q -p no:cacheprovider tests/test_vulkan_replay.py
+  hook "top-1 agreement with the CPU over 200 corpus tokens on Vulkan" python3 benchmarks/vulkan_agreement.py \
+    --models smollm2-135m-q4_1 --out "$OUT/vulkan_agreement.json"
   hook "bench on Vulkan -ngl all, pp512 / tg128" python3 -m localllm_cli bench -m "$(ls build/gpu-models/*.gguf | head -n 1)" \
     -p 512 -n 128 -r 2 -ngl all --device "vulkan:$vk_gpu"
 fi
