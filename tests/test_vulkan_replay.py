@@ -114,9 +114,13 @@ def test_submissions_bounded_by_estimated_work(smollm2, monkeypatch):
     assert_queued_back_to_back(stats, fresh_stats)
 
 
-@pytest.mark.parametrize("name, value", [("LOCALLLM_VULKAN_MAX_DISPATCHES_PER_SUBMIT", v) for v in ["0", "many", "-3"]] +
-                         [("LOCALLLM_VULKAN_MAX_SUBMIT_MS", v) for v in ["0", "soon", "-1", "nan"]])
-def test_a_bad_bound_is_named(smollm2, name, value, monkeypatch):
+@pytest.mark.parametrize("name, value", [("LOCALLLM_VULKAN_MAX_DISPATCHES_PER_SUBMIT", v) for v in ["0", "many", "-3", "2.5"]] +
+                         [("LOCALLLM_VULKAN_MAX_SUBMIT_MS", v) for v in ["0", "soon", "-1", "nan"]] +
+                         [("LOCALLLM_VULKAN_TIMEOUT_S", v) for v in ["0", "later", "-5", "inf"]] +
+                         [("LOCALLLM_VULKAN_BUDGET", v) for v in ["lots", "-1", "1.5"]])
+def test_a_bad_knob_is_named_when_the_model_loads(smollm2, name, value, monkeypatch):
+    """Every Vulkan knob is checked when a device context is made, and a bad value is an error
+    naming the variable, never a silent default."""
     monkeypatch.setenv(name, value)
     with pytest.raises(ValueError, match=name):
         LLM(smollm2, n_ctx=64, n_gpu_layers=1, device="vulkan")

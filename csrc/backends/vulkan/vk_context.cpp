@@ -2,6 +2,7 @@
 #ifdef LOCALLLM_HAVE_VULKAN
 #include "backends/vulkan/vk_context.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,17 +48,37 @@ uint32_t compute_queue_family(const InstanceFns& f, VkPhysicalDevice pd) {
     throw std::runtime_error("Vulkan device has no compute queue");
 }
 
+// A knob read from the environment: unset or empty gives `fallback`; anything but a number in
+// [lo, hi] (a whole one where `whole`) is an error naming the variable, what it counts and the range.
+struct EnvKnob {
+    const char* name;
+    const char* what;
+    double lo, hi, fallback;
+    bool whole;
+};
+
+double env_number(const EnvKnob& k) {
+    const char* v = getenv(k.name);
+    if (!v || !*v) return k.fallback;
+    char* end = nullptr;
+    const double x = strtod(v, &end);
+    if (*end || !(x >= k.lo && x <= k.hi) || (k.whole && x != floor(x))) {
+        char range[64];
+        snprintf(range, sizeof range, " from %.15g to %.15g", k.lo, k.hi);
+        throw std::invalid_argument(std::string(k.name) + "=" + v + ": expected " + k.what + range);
+    }
+    return x;
+}
+
+// Read at every wait, so a test may shorten it on a loaded model; checked when a context is made.
 double timeout_seconds() {
-    const char* v = getenv("LOCALLLM_VULKAN_TIMEOUT_S");
-    const double s = v && *v ? atof(v) : 120.0;
-    return s > 0 ? s : 120.0;
+    return env_number({"LOCALLLM_VULKAN_TIMEOUT_S", "seconds", 1e-9, 1e7, 120.0, false});
 }
 
 // LOCALLLM_VULKAN_BUDGET=<bytes>: the device memory one context may allocate (0 = no cap). A test
 // knob: allocations past it fail as a full device would, so the error path runs on any machine.
 uint64_t budget_bytes() {
-    const char* v = getenv("LOCALLLM_VULKAN_BUDGET");
-    return v && *v ? strtoull(v, nullptr, 10) : 0;
+    return (uint64_t)env_number({"LOCALLLM_VULKAN_BUDGET", "a whole number of bytes (0: no cap)", 0, 1e15, 0, true});
 }
 
 const SpirvBlob& find_blob(const std::string& name) {
@@ -69,25 +90,13 @@ const SpirvBlob& find_blob(const std::string& name) {
 }  // namespace
 
 uint32_t max_dispatches_per_submit() {
-    const char* v = getenv("LOCALLLM_VULKAN_MAX_DISPATCHES_PER_SUBMIT");
-    if (!v || !*v) return kDefaultDispatchesPerSubmit;
-    char* end = nullptr;
-    const long n = strtol(v, &end, 10);
-    if (*end || n < 1 || n > 1000000)
-        throw std::invalid_argument(std::string("LOCALLLM_VULKAN_MAX_DISPATCHES_PER_SUBMIT=") + v +
-                                    ": expected a whole number of dispatches from 1 to 1000000");
-    return (uint32_t)n;
+    return (uint32_t)env_number({"LOCALLLM_VULKAN_MAX_DISPATCHES_PER_SUBMIT", "a whole number of dispatches", 1, 1e6,
+                                 kDefaultDispatchesPerSubmit, true});
 }
 
 double max_seconds_per_submit() {
-    const char* v = getenv("LOCALLLM_VULKAN_MAX_SUBMIT_MS");
-    if (!v || !*v) return kDefaultSubmitMs / 1e3;
-    char* end = nullptr;
-    const double ms = strtod(v, &end);
-    if (*end || !(ms >= 0.001 && ms <= 1e6))
-        throw std::invalid_argument(std::string("LOCALLLM_VULKAN_MAX_SUBMIT_MS=") + v +
-                                    ": expected milliseconds of estimated work from 0.001 to 1000000");
-    return ms / 1e3;
+    return env_number({"LOCALLLM_VULKAN_MAX_SUBMIT_MS", "milliseconds of estimated work", 0.001, 1e6,
+                       kDefaultSubmitMs, false}) / 1e3;
 }
 
 Buffer& Buffer::operator=(Buffer&& o) noexcept {
@@ -117,7 +126,10 @@ void Buffer::release() {
 }
 
 Context::Context(int device_index) : instance_(Instance::get()), info_(instance_.device(device_index)) {
-    const size_t kept = kept_recordings();   // a bad knob is an error before anything is created
+    // A bad knob is an error before anything is created.
+    const size_t kept = kept_recordings();
+    timeout_seconds();
+    budget_bytes();
     const InstanceFns& ifn = instance_.fns();
     queue_family_ = compute_queue_family(ifn, info_.handle);
     const float priority = 1.0f;
