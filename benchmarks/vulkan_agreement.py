@@ -10,6 +10,10 @@ top-2 by more than --margin logits. A flip there is not rounding, it is a wrong 
     LOCALLLM_VULKAN_ALLOW_CPU=1 python benchmarks/vulkan_agreement.py [--tokens 200]
         [--models smollm2-135m-q4_1,gemma3-270m-q4_k_m] [--ngl all] [--out FILE.json]
 
+--reference scores the reference prompts instead (tests/data/reference: each prompt and the 48
+tokens llama.cpp generated after it, teacher-forced), and adds each side's agreement with
+llama.cpp's own top-1 there.
+
 LOCALLLM_VULKAN_INT8=1 in the environment takes the integer-dot kernels (recorded in each row).
 """
 from __future__ import annotations
@@ -25,7 +29,8 @@ import numpy as np
 
 from machine import describe, line
 
-CORPUS = Path(__file__).resolve().parent.parent / "tests" / "data" / "corpus" / "gpl-3.txt"
+DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
+CORPUS = DATA / "corpus" / "gpl-3.txt"
 MODELS = "smollm2-135m-q4_1,gemma3-270m-q4_k_m,qwen2.5-coder-0.5b-q4_k_m"
 
 
@@ -43,24 +48,43 @@ def compare(ref: np.ndarray, other: np.ndarray, margin: float) -> dict:
             "max_abs_logit_diff": float(np.abs(ref - other).max())}
 
 
-def run_model(key: str, n_tokens: int, ngl: str, threads: int, margin: float) -> dict:
-    from localllm import LLM, hub
+def sequences(key: str, tokenize, n_tokens: int, reference: bool) -> list[tuple[list[int], np.ndarray]]:
+    """(token ids, llama.cpp's top-1 at each position or an empty array) to score: the first
+    n_tokens of the corpus, or each reference prompt followed by llama.cpp's greedy tokens."""
+    if not reference:
+        return [(tokenize(CORPUS.read_text(encoding="utf-8"))[:n_tokens], np.zeros(0, np.int64))]
+    top = np.load(DATA / "reference" / f"logits_{key}.npz")
+    rows = [json.loads(line) for line in (DATA / "reference" / "greedy.jsonl").read_text().splitlines()]
+    return [(r["prompt_ids"] + r["greedy_ids"][:-1], top[r["prompt"]["name"] + "__top_ids"][:, 0])
+            for r in rows if r["model"] == key]
+
+
+def run_model(key: str, n_tokens: int, ngl: str, threads: int, margin: float, reference: bool) -> dict:
+    from localllm import LLM, _core, hub
     path = str(hub.pull(key, quiet=True))
-    cpu = LLM(path, n_ctx=n_tokens + 16, device="cpu", n_threads=threads)
-    ids = cpu.tokenize(CORPUS.read_text(encoding="utf-8"))[:n_tokens]
-    fast = cpu.logits(ids)
-    del cpu
-    llama = LLM(path, n_ctx=n_tokens + 16, device="cpu", n_threads=threads, numerics="llama.cpp").logits(ids)
+    n_ctx = 256 if reference else n_tokens + 16
+    llms = {"cpu": LLM(path, n_ctx=n_ctx, device="cpu", n_threads=threads),
+            "llama": LLM(path, n_ctx=n_ctx, device="cpu", n_threads=threads, numerics="llama.cpp")}
+    seqs = sequences(key, llms["cpu"].tokenize, n_tokens, reference)
+    logits = {name: np.concatenate([llm.logits(ids) for ids, _ in seqs]) for name, llm in llms.items()}
     t0 = time.time()
-    vk = LLM(path, n_ctx=n_tokens + 16, device="vulkan", n_gpu_layers=ngl, n_threads=threads)
-    vk_logits = vk.logits(ids)
+    vk = LLM(path, n_ctx=n_ctx, device="vulkan", n_gpu_layers=ngl, n_threads=threads)
+    logits["vk"] = np.concatenate([vk.logits(ids) for ids, _ in seqs])
     seconds = time.time() - t0
-    from localllm import _core
     device = _core.vulkan_device_name(_core.resolve_device("Vulkan")[1])
-    return {"model": key, "tokens": len(ids), "ngl": ngl, "vulkan_device": device,
-            "vulkan_int8": os.environ.get("LOCALLLM_VULKAN_INT8") == "1", "vulkan_seconds": round(seconds, 1),
-            "vulkan_vs_cpu": compare(fast, vk_logits, margin),
-            "cpu_llamacpp_numerics_vs_cpu": compare(fast, llama, margin)}
+    row = {"model": key, "tokens": len(logits["cpu"]), "ngl": ngl, "vulkan_device": device,
+           "vulkan_int8": os.environ.get("LOCALLLM_VULKAN_INT8") == "1", "vulkan_seconds": round(seconds, 1),
+           "vulkan_vs_cpu": compare(logits["cpu"], logits["vk"], margin),
+           "cpu_llamacpp_numerics_vs_cpu": compare(logits["cpu"], logits["llama"], margin)}
+    if reference:   # each side's top-1 against llama.cpp's own, at the positions it was stored for
+        at, start = [], 0
+        for ids, top in seqs:
+            at.extend(range(start + len(ids) - len(top), start + len(ids)))
+            start += len(ids)
+        ref = np.concatenate([top for _, top in seqs])
+        row["vs_llamacpp_reference"] = {name: float((logits[name][at].argmax(-1) == ref).mean())
+                                        for name in ("cpu", "llama", "vk")}
+    return row
 
 
 def main() -> None:
@@ -70,22 +94,27 @@ def main() -> None:
     ap.add_argument("--ngl", default="all")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--margin", type=float, default=0.25, help="logits: a lead above it is not a near tie")
+    ap.add_argument("--reference", action="store_true", help="the reference prompts instead of the corpus")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     machine = describe(args.threads)
     print(line(machine))
     rows = []
     for key in args.models.split(","):
-        row = run_model(key, args.tokens, args.ngl, args.threads, args.margin)
+        row = run_model(key, args.tokens, args.ngl, args.threads, args.margin, args.reference)
         rows.append(row)
         for name in ("vulkan_vs_cpu", "cpu_llamacpp_numerics_vs_cpu"):
             r = row[name]
             print(f"{key:28s} {name:30s} top-1 {r['agreement']:.3f} over {r['positions']}, "
                   f"{r['clear_agreement']:.3f} over the {r['clear_positions']} with a lead > {args.margin}, "
                   f"largest flipped lead {r['largest_flip_margin']:.3f}, max |dlogit| {r['max_abs_logit_diff']:.2f}")
+        if "vs_llamacpp_reference" in row:
+            print(f"{key:28s} top-1 against llama.cpp's: " +
+                  ", ".join(f"{k} {v:.3f}" for k, v in row["vs_llamacpp_reference"].items()))
     if args.out:
         args.out.write_text(json.dumps({"date": datetime.date.today().isoformat(), "machine": machine,
-                                        "margin": args.margin, "rows": rows}, indent=1) + "\n")
+                                        "margin": args.margin, "reference": args.reference, "rows": rows},
+                                       indent=1) + "\n")
 
 
 if __name__ == "__main__":
