@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Builds llama.cpp's Vulkan backend (`llama-bench`, with the CPU backend beside it) from the
+"""Builds llama.cpp's Vulkan backend (`llama-bench`, with the CPU backend beside it; other tools
+such as `llama-perplexity` when asked) from the
 llama.cpp source the other benchmarks use (llamacpp_source.py: llama-cpp-python 0.3.36's vendored
 llama.cpp) into ~/.cache/localllm/llama-server/build-vulkan/ (LOCALLLM_LLAMA_SERVER_DIR
 elsewhere), once, again when the flags change. vulkan_vs_llamacpp.py runs it.
@@ -54,11 +55,16 @@ def _apply_headers_fix(llama_cpp: Path) -> None:
     path.write_text(text.replace(HEADERS_FIX_END, HEADERS_FIX_END + HEADERS_FIX_ELSE))
 
 
+def ensure_llamacpp_vulkan(targets: list[str], jobs: int = 2) -> Path:
+    """The bin folder of llama.cpp built with ggml's Vulkan backend, holding `targets` (building
+    what is missing first)."""
+    _apply_headers_fix(llama_cpp_source())
+    return build_llamacpp_targets(BUILD, FLAGS, targets, jobs, nice=True, source_tag=SOURCE_TAG + HEADERS_FIX_TAG)
+
+
 def ensure_llama_bench_vulkan(jobs: int = 2) -> Path:
     """llama-bench built with ggml's Vulkan backend, building it first when needed."""
-    _apply_headers_fix(llama_cpp_source())
-    return build_llamacpp_targets(BUILD, FLAGS, TARGETS, jobs, nice=True,
-                                  source_tag=SOURCE_TAG + HEADERS_FIX_TAG) / "llama-bench"
+    return ensure_llamacpp_vulkan(TARGETS, jobs) / "llama-bench"
 
 
 if __name__ == "__main__":
